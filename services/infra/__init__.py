@@ -1,0 +1,10 @@
+"""Local launchers for the real parts: an Apache Kafka broker and a PostgreSQL server.
+
+Used by `sumi up` and by the test fixtures on machines without a Docker engine.
+"""
+
+from sumi.infra._kafka import KafkaBroker
+from sumi.infra._postgres import PostgresServer
+from sumi.infra._ports import free_port
+
+__all__ = ["KafkaBroker", "PostgresServer", "free_port"]

@@ -1,0 +1,123 @@
+"""A single-node KRaft Apache Kafka broker on the local JVM.
+
+The jars come from Maven Central through `mvn` and the pom.xml beside this
+file, fetched once into the cache and reused (a marker file says the copy is
+whole). The broker listens on 127.0.0.1 only.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+from xml.etree import ElementTree
+
+from sumi.infra._cache import cache_dir
+from sumi.infra._ports import free_port, wait_for_port
+
+HERE = Path(__file__).parent / "kafka"
+
+
+def kafka_version() -> str:
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    root = ElementTree.parse(HERE / "pom.xml").getroot()
+    return root.find("m:properties/m:kafka.version", ns).text  # type: ignore[union-attr,return-value]
+
+
+def ensure_jars() -> Path:
+    libs = cache_dir() / f"kafka-{kafka_version()}" / "libs"
+    marker = libs / ".complete"
+    if marker.exists():
+        return libs
+    if shutil.which("mvn") is None or shutil.which("java") is None:
+        raise RuntimeError("the local Kafka broker needs `java` (17+) and `mvn` on PATH")
+    tmp = libs.with_name("libs.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    subprocess.run(
+        ["mvn", "-q", "-B", "-f", str(HERE / "pom.xml"), "dependency:copy-dependencies",
+         f"-DoutputDirectory={tmp}", "-DincludeScope=runtime"],
+        check=True,
+    )
+    shutil.rmtree(libs, ignore_errors=True)
+    tmp.rename(libs)
+    marker.touch()
+    return libs
+
+
+class KafkaBroker:
+    """Start with `start()`, stop with `stop()`; `bootstrap` is host:port."""
+
+    def __init__(self, data_dir: Path | None = None, port: int | None = None) -> None:
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="sumi-kafka-"))
+        self.port = port or free_port()
+        self.controller_port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def _properties(self) -> str:
+        return "\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"log.dirs={self.data_dir / 'logs'}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=4",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=4",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=false",
+            "",
+        ])
+
+    def start(self, timeout: float = 90.0) -> "KafkaBroker":
+        libs = ensure_jars()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        props = self.data_dir / "server.properties"
+        props.write_text(self._properties())
+        java = ["java", "-Xms256m", "-Xmx768m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                f"-Dlog4j2.configurationFile={HERE / 'log4j2.yaml'}", "-cp", f"{libs}/*"]
+        if not (self.data_dir / "logs" / "meta.properties").exists():
+            subprocess.run(
+                [*java, "kafka.tools.StorageTool", "format", "-t", uuid.uuid4().hex[:22],
+                 "-c", str(props), "--ignore-formatted"],
+                check=True, stdout=subprocess.DEVNULL,
+            )
+        log = open(self.data_dir / "broker.log", "ab")
+        self._proc = subprocess.Popen([*java, "kafka.Kafka", str(props)], stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for_port(self.port, timeout, alive=lambda: self._proc is not None and self._proc.poll() is None)
+        return self
+
+    def stop(self) -> None:
+        if self._proc and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> "KafkaBroker":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":  # fetch the jars only: `python -m sumi.infra._kafka`
+    print(ensure_jars())
+    os._exit(0)

