@@ -1,1 +1,16 @@
+"""Projections: stream processors that fold topics into Postgres read models."""
 
+from sumi.core.config import Settings
+from sumi.projections import control, queue
+from sumi.projections._migrate import drop, migrate
+from sumi.projections._runner import ProjectionRunner, run_all
+
+
+def runners(settings: Settings) -> list[ProjectionRunner]:
+    return [
+        ProjectionRunner(settings, "control", settings.topic("control"), control.apply),
+        ProjectionRunner(settings, "queue", settings.topic("queue"), queue.apply),
+    ]
+
+
+__all__ = ["ProjectionRunner", "drop", "migrate", "run_all", "runners"]

@@ -1,0 +1,78 @@
+"""The one projection loop: topic records -> Postgres rows, exactly once.
+
+Each polled batch is applied in one Postgres transaction together with the
+next offset of every partition it covers (projection_offsets), and on start
+the consumer seeks to those stored offsets: commits never outrun durable
+state, and a crash anywhere replays at most what was not yet committed.
+No consumer group: the projection assigns itself every partition.
+"""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from sumi.core import codec
+from sumi.core.config import Settings
+
+log = logging.getLogger(__name__)
+
+Apply = Callable[[psycopg.AsyncCursor[Any], Any, int, int], Awaitable[None]]
+
+
+class ProjectionRunner:
+    def __init__(self, settings: Settings, name: str, topic: str, apply: Apply) -> None:
+        self.settings = settings
+        self.name = name
+        self.topic = topic
+        self.apply = apply
+
+    async def run(self) -> None:
+        conn = await psycopg.AsyncConnection.connect(
+            self.settings.database_url, options=f"-c search_path={self.settings.db_schema}")
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap,
+                                    isolation_level="read_committed", enable_auto_commit=False,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            tps = [TopicPartition(self.topic, p)
+                   for p in sorted(await consumer.partitions_for_topic(self.topic) or [])]
+            consumer.assign(tps)
+            stored = await self._stored_offsets(conn)
+            for tp in tps:
+                if tp.partition in stored:
+                    consumer.seek(tp, stored[tp.partition])
+                else:
+                    await consumer.seek_to_beginning(tp)
+            while True:
+                batch = await consumer.getmany(timeout_ms=200, max_records=1000)
+                if batch:
+                    await self._apply_batch(conn, batch)
+        finally:
+            await consumer.stop()
+            await conn.close()
+
+    async def _stored_offsets(self, conn: psycopg.AsyncConnection[Any]) -> dict[int, int]:
+        rows = await (await conn.execute(
+            "SELECT partition, next_offset FROM projection_offsets WHERE projection = %s AND topic = %s",
+            (self.name, self.topic))).fetchall()
+        return {p: o for p, o in rows}
+
+    async def _apply_batch(self, conn: psycopg.AsyncConnection[Any], batch: dict[TopicPartition, list[Any]]) -> None:
+        async with conn.transaction():
+            async with conn.cursor() as cur:
+                for tp, messages in batch.items():
+                    for m in messages:
+                        await self.apply(cur, codec.decode(m.value), tp.partition, m.offset)
+                    await cur.execute(
+                        "INSERT INTO projection_offsets (projection, topic, partition, next_offset) "
+                        "VALUES (%s, %s, %s, %s) ON CONFLICT (projection, topic, partition) "
+                        "DO UPDATE SET next_offset = EXCLUDED.next_offset",
+                        (self.name, self.topic, tp.partition, messages[-1].offset + 1))
+
+
+async def run_all(runners: list[ProjectionRunner]) -> None:
+    await asyncio.gather(*(r.run() for r in runners))

@@ -1,0 +1,227 @@
+"""Pure decisions: (state, command, now) -> records. No I/O here.
+
+Every command ends in exactly one CommandDecided, the reply the gateway waits
+for. Accepted resource commands also start an Operation and ask for an
+`operation.apply` follow-up, so that an Operation is visibly pending before it
+runs and a crash between the two steps is resumed from the log (QC-48).
+"""
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sumi.control._state import ControlState, SpaceState
+from sumi.control.forms import FORMS
+from sumi.control.forms._base import NAME_RE
+from sumi.core import ids
+from sumi.core import records as r
+from sumi.core.problems import FieldError, Problem
+
+
+@dataclass
+class Decision:
+    events: list[Any] = field(default_factory=list)
+    followups: list[r.CommandSubmitted] = field(default_factory=list)
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def decide(state: ControlState, cmd: r.CommandSubmitted, now: int) -> Decision:
+    handler = _HANDLERS.get(cmd.kind)
+    if handler is None:
+        return _reject(cmd, now, Problem("invalid_request", f"unknown command kind {cmd.kind}"))
+    try:
+        return handler(state, cmd, json.loads(cmd.payload), now)
+    except Problem as problem:
+        return _reject(cmd, now, problem)
+
+
+def _decided(cmd: r.CommandSubmitted, now: int, status: int, *, operation_id: str | None = None,
+             result: Any = None) -> r.CommandDecided:
+    return r.CommandDecided(
+        commandId=cmd.commandId, space=cmd.space, principal=cmd.principal, kind=cmd.kind,
+        accepted=True, status=status, decidedAt=now, operationId=operation_id,
+        result=None if result is None else canonical(result),
+        idempotencyKey=cmd.idempotencyKey, fingerprint=cmd.fingerprint)
+
+
+def _reject(cmd: r.CommandSubmitted, now: int, problem: Problem) -> Decision:
+    return Decision([r.CommandDecided(
+        commandId=cmd.commandId, space=cmd.space, principal=cmd.principal, kind=cmd.kind,
+        accepted=False, status=problem.status, decidedAt=now,
+        problem=canonical(problem.to_json()))])
+
+
+# ---- Spaces and tokens -----------------------------------------------------------------------
+
+def _space_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+    name = args["name"]
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise Problem("invalid_request", "a Space name matches ^[a-z0-9][a-z0-9-]{0,62}$")
+    if state.space_exists(name):
+        raise Problem("name_conflict", f"Space {name} exists")
+    return Decision([r.SpaceCreated(name, now),
+                     _decided(cmd, now, 201, result={"name": name, "createdAt": now})])
+
+
+def _space_delete(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+    name = args["name"]
+    if not state.space_exists(name):
+        raise Problem("not_found", f"no Space {name}")
+    if state.space(name).resources:
+        raise Problem("dependency_conflict", f"Space {name} still holds Resources")
+    return Decision([r.SpaceDeleted(name, now), _decided(cmd, now, 204)])
+
+
+def _token_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+    missing = [g["space"] for g in args["grants"] if not state.space_exists(g["space"])]
+    if missing:
+        raise Problem("invalid_request", f"grant names a Space that does not exist: {missing[0]}")
+    grants = tuple({"space": g["space"], "role": g["role"]} for g in args["grants"])
+    return Decision([
+        r.TokenIssued(args["principal"], args["tokenHash"], bool(args["admin"]), now, grants),
+        _decided(cmd, now, 201, result={"principal": args["principal"]})])
+
+
+def _token_revoke(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+    return Decision([r.TokensRevoked(args["principal"], now), _decided(cmd, now, 204)])
+
+
+# ---- Resources -------------------------------------------------------------------------------
+
+def _replayed(space: SpaceState, cmd: r.CommandSubmitted, now: int) -> Decision | None:
+    """QC-46, WF-16: the same key and request is the same Operation; another request is 422."""
+    if not cmd.idempotencyKey:
+        return None
+    seen = space.idempotency.get((cmd.principal, cmd.idempotencyKey))
+    if seen is None:
+        return None
+    fingerprint, operation_id = seen
+    if fingerprint != cmd.fingerprint:
+        raise Problem("idempotency_key_reused",
+                      "this Idempotency-Key was used with another method, path or body")
+    return Decision([_decided(cmd, now, 202, operation_id=operation_id)])
+
+
+def _live_space(state: ControlState, cmd: r.CommandSubmitted) -> SpaceState:
+    if not state.space_exists(cmd.space):
+        raise Problem("not_found", f"no Space {cmd.space}")
+    return state.space(cmd.space)
+
+
+def _check_private_inputs(args: dict[str, Any]) -> None:
+    # QC-10, WF-1: none of the supported Forms takes secret inputs.
+    private = args.get("privateInputs")
+    if private not in (None, {}):
+        raise Problem("invalid_spec", "this Form accepts no privateInputs",
+                      [FieldError("/privateInputs", "must be empty")])
+
+
+def _spec_errors(form_url: str, spec: Any) -> None:
+    errors = FORMS[form_url].validate_spec(spec)
+    if errors:
+        raise Problem("invalid_spec", "the spec does not satisfy the Form", errors)
+
+
+def _start(cmd: r.CommandSubmitted, kind: str, uid: str, generation: int, now: int,
+           events: list[Any]) -> Decision:
+    op_id = ids.operation_id(cmd.commandId)
+    apply = r.CommandSubmitted(
+        commandId=f"{cmd.commandId}.apply", kind="operation.apply", space=cmd.space,
+        principal=cmd.principal, admin=cmd.admin, payload=canonical({"operationId": op_id}),
+        submittedAt=now)
+    return Decision(
+        [r.OperationStarted(op_id, kind, cmd.space, uid, generation, cmd.principal, now), *events,
+         _decided(cmd, now, 202, operation_id=op_id)],
+        [apply])
+
+
+def _resource_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+    space = _live_space(state, cmd)
+    replay = _replayed(space, cmd, now)
+    if replay:
+        return replay
+    form_url, name, spec = args.get("form"), args.get("name"), args.get("spec")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise Problem("invalid_request", "name must match ^[a-z0-9][a-z0-9-]{0,62}$")
+    if form_url not in FORMS:
+        raise Problem("unsupported_form", f"this Host does not support the Form {form_url!r}")
+    _check_private_inputs(args)
+    _spec_errors(form_url, spec)
+    if space.by_ref(name) is not None:
+        raise Problem("name_conflict", f"a Resource named {name} exists in Space {space.name}")
+    problem = FORMS[form_url].check_references(space, spec, None)
+    if problem:
+        raise problem
+    uid = ids.resource_uid(cmd.commandId)
+    return _start(cmd, "create", uid, 1, now, [
+        r.ResourceCreated(uid, space.name, name, form_url, canonical(spec), 1,
+                          ids.operation_id(cmd.commandId), now)])
+
+
+def _target(space: SpaceState, args: dict[str, Any]) -> Any:
+    resource = space.by_ref(str(args.get("ref")))
+    if resource is None:
+        raise Problem("not_found", f"no Resource {args.get('ref')} in Space {space.name}")
+    if space.unfinished_operation(resource.uid) is not None:
+        raise Problem("resource_busy", f"Resource {resource.uid} has an unfinished Operation")
+    return resource
+
+
+def _resource_update(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+    space = _live_space(state, cmd)
+    replay = _replayed(space, cmd, now)
+    if replay:
+        return replay
+    resource = _target(space, args)
+    form = FORMS[resource.form]
+    _check_private_inputs(args)
+    _spec_errors(resource.form, args.get("spec"))
+    errors = form.check_update(resource.spec, args["spec"])
+    if errors:
+        raise Problem("invalid_spec", "an immutable field changed", errors)
+    problem = form.check_references(space, args["spec"], resource.uid)
+    if problem:
+        raise problem
+    generation = resource.generation + 1
+    return _start(cmd, "update", resource.uid, generation, now, [
+        r.ResourceUpdated(resource.uid, space.name, canonical(args["spec"]), generation,
+                          ids.operation_id(cmd.commandId), now),
+        r.ResourceStateChanged(resource.uid, space.name, "updating", now)])
+
+
+def _resource_delete(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+    space = _live_space(state, cmd)
+    replay = _replayed(space, cmd, now)
+    if replay:
+        return replay
+    resource = _target(space, args)
+    problem = FORMS[resource.form].check_delete(space, resource)
+    if problem:
+        raise problem
+    return _start(cmd, "delete", resource.uid, resource.generation, now, [
+        r.ResourceStateChanged(resource.uid, space.name, "deleting", now)])
+
+
+def _operation_apply(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+    """Carry an accepted Operation out. The Forms of this step take effect in the log itself."""
+    space = state.space(cmd.space)
+    op = space.operations.get(args["operationId"])
+    if op is None or op.state in ("succeeded", "failed"):
+        return Decision()  # already carried out before a restart: nothing twice
+    done = r.OperationStateChanged(op.id, space.name, "succeeded", "complete", now)
+    running = r.OperationStateChanged(op.id, space.name, "running", "none", now)
+    if op.kind == "delete":
+        return Decision([running, r.ResourceDeleted(op.resource_uid, space.name, op.id, now), done])
+    return Decision([running, r.ResourceStateChanged(op.resource_uid, space.name, "active", now), done])
+
+
+_HANDLERS: dict[str, Callable[[ControlState, r.CommandSubmitted, dict[str, Any], int], Decision]] = {
+    "space.create": _space_create, "space.delete": _space_delete,
+    "token.create": _token_create, "token.revoke": _token_revoke,
+    "resource.create": _resource_create, "resource.update": _resource_update,
+    "resource.delete": _resource_delete, "operation.apply": _operation_apply,
+}

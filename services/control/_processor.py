@@ -1,0 +1,41 @@
+"""Kafka plumbing of the control processor: the pure decisions inside the generic runner."""
+
+from collections.abc import Iterable
+from typing import Any
+
+from sumi.control._decide import decide
+from sumi.control._state import ControlState, evolve
+from sumi.core import records as r
+from sumi.core.config import Settings
+from sumi.core.runner import Out, TransactionalRunner
+from sumi.core.topics import ADMIN_KEY
+
+
+class ControlLogic:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.state = ControlState()
+
+    def reset(self) -> None:
+        self.state = ControlState()
+
+    def fold(self, record: Any) -> None:
+        evolve(self.state, record)
+
+    def handle(self, record: Any, now: int) -> Iterable[Out]:
+        if not isinstance(record, r.CommandSubmitted):
+            return []
+        decision = decide(self.state, record, now)
+        key = record.space or ADMIN_KEY
+        outs = []
+        for event in decision.events:
+            evolve(self.state, event)
+            outs.append(Out(self.settings.topic("control"), key, event))
+        outs += [Out(self.settings.topic("commands"), key, c) for c in decision.followups]
+        return outs
+
+
+def control_runner(settings: Settings) -> TransactionalRunner:
+    logic = ControlLogic(settings)
+    return TransactionalRunner(settings, "control", settings.topic("commands"),
+                               settings.topic("control"), logic)

@@ -1,0 +1,94 @@
+"""Avro single-object encoding of records, through fastavro.
+
+Each value is `C3 01` + the writer schema's CRC-64-AVRO fingerprint (little
+endian) + the Avro binary body, so any reader (an auditor's included) can tell
+which schema wrote it. Current schemas live in `schemas/`; superseded versions
+in `schemas/history/` stay readable and are resolved to the current one.
+"""
+
+import dataclasses
+import io
+import json
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
+
+from sumi.core.records import RECORD_TYPES, Record
+
+MAGIC = b"\xc3\x01"
+
+
+def schemas_dir() -> Path:
+    # The repository's schemas/ in a checkout; the copy installed beside the package otherwise.
+    for candidate in (Path(__file__).resolve().parents[2] / "schemas",
+                      Path(__file__).resolve().parent / "schemas"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("schemas/ not found")
+
+
+def _fp(parsed: dict[str, Any]) -> bytes:
+    return int(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"), 16).to_bytes(8, "little")
+
+
+@cache
+def _registry() -> tuple[dict[str, dict[str, Any]], dict[bytes, dict[str, Any]]]:
+    current: dict[str, dict[str, Any]] = {}
+    by_fp: dict[bytes, dict[str, Any]] = {}
+    root = schemas_dir()
+    for path in sorted(root.glob("*.avsc")):
+        parsed = parse_schema(json.loads(path.read_text()), _write_hint=False)
+        current[path.stem] = parsed
+        by_fp[_fp(parsed)] = parsed
+    for path in sorted((root / "history").glob("*.avsc")):
+        parsed = parse_schema(json.loads(path.read_text()), _write_hint=False)
+        by_fp[_fp(parsed)] = parsed
+    return current, by_fp
+
+
+def schema_of(type_name: str) -> dict[str, Any]:
+    return _registry()[0][type_name]
+
+
+def _short_name(parsed: dict[str, Any]) -> str:
+    return str(parsed["name"]).rsplit(".", 1)[-1]
+
+
+def encode(record: Record) -> bytes:
+    name = type(record).__name__
+    parsed = schema_of(name)
+    out = io.BytesIO()
+    out.write(MAGIC)
+    out.write(_fp(parsed))
+    fastavro.schemaless_writer(out, parsed, _to_avro(dataclasses.asdict(record)))
+    return out.getvalue()
+
+
+def decode(data: bytes) -> Record:
+    if data[:2] != MAGIC:
+        raise ValueError("not an Avro single-object encoded record")
+    writer = _registry()[1].get(data[2:10])
+    if writer is None:
+        raise ValueError(f"unknown schema fingerprint {data[2:10].hex()}")
+    name = _short_name(writer)
+    reader = schema_of(name)
+    raw = fastavro.schemaless_reader(io.BytesIO(data[10:]), writer, reader)
+    cls = RECORD_TYPES[name]
+    values = {k: _from_avro(v) for k, v in raw.items()}  # type: ignore[union-attr]
+    if "grants" in values:
+        values["grants"] = tuple(values["grants"])
+    return cls(**values)  # type: ignore[no-any-return]
+
+
+def _to_avro(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
+def _from_avro(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    return value

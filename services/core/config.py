@@ -1,0 +1,54 @@
+"""One typed settings object, read from SUMI_* environment variables."""
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    kafka_bootstrap: str
+    database_url: str
+    topic_prefix: str = "sumi"
+    db_schema: str = "sumi"
+    partitions: int = 6
+    replication: int = 1
+    http_host: str = "127.0.0.1"
+    http_port: int = 8080
+    decision_timeout: float = 10.0
+    state_dir: str = ".sumi"
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> "Settings":
+        env = os.environ
+        values: dict[str, object] = {
+            "kafka_bootstrap": env.get("SUMI_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+            "database_url": env.get("SUMI_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+            "topic_prefix": env.get("SUMI_TOPIC_PREFIX", "sumi"),
+            "db_schema": env.get("SUMI_DB_SCHEMA", "sumi"),
+            "partitions": int(env.get("SUMI_PARTITIONS", "6")),
+            "replication": int(env.get("SUMI_REPLICATION", "1")),
+            "http_host": env.get("SUMI_HTTP_HOST", "127.0.0.1"),
+            "http_port": int(env.get("SUMI_HTTP_PORT", "8080")),
+            "decision_timeout": float(env.get("SUMI_DECISION_TIMEOUT", "10")),
+            "state_dir": env.get("SUMI_STATE_DIR", ".sumi"),
+        }
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}.{name}"
+
+    def to_env(self) -> dict[str, str]:
+        """The variables that make a child process see these same settings."""
+        return {
+            "SUMI_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+            "SUMI_DATABASE_URL": self.database_url,
+            "SUMI_TOPIC_PREFIX": self.topic_prefix,
+            "SUMI_DB_SCHEMA": self.db_schema,
+            "SUMI_PARTITIONS": str(self.partitions),
+            "SUMI_REPLICATION": str(self.replication),
+            "SUMI_HTTP_HOST": self.http_host,
+            "SUMI_HTTP_PORT": str(self.http_port),
+            "SUMI_DECISION_TIMEOUT": str(self.decision_timeout),
+            "SUMI_STATE_DIR": self.state_dir,
+        }

@@ -1,0 +1,160 @@
+"""Every record type that goes on a topic, one frozen dataclass per Avro schema.
+
+The schema in `schemas/<Name>.avsc` is the definition; these classes mirror it
+field for field (a unit test holds them together). Timestamps are UTC epoch
+milliseconds. JSON-valued fields carry documents (specs, Problems) that are
+opaque to the log's schema by design.
+"""
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class CommandSubmitted:
+    commandId: str
+    kind: str
+    space: str
+    principal: str
+    admin: bool
+    payload: str
+    submittedAt: int
+    idempotencyKey: str | None = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class CommandDecided:
+    commandId: str
+    space: str
+    principal: str
+    kind: str
+    accepted: bool
+    status: int
+    decidedAt: int
+    operationId: str | None = None
+    problem: str | None = None
+    result: str | None = None
+    idempotencyKey: str | None = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class SpaceCreated:
+    space: str
+    createdAt: int
+
+
+@dataclass(frozen=True)
+class SpaceDeleted:
+    space: str
+    deletedAt: int
+
+
+@dataclass(frozen=True)
+class TokenIssued:
+    principal: str
+    tokenHash: str
+    admin: bool
+    issuedAt: int
+    grants: tuple[dict[str, str], ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class TokensRevoked:
+    principal: str
+    revokedAt: int
+
+
+@dataclass(frozen=True)
+class ResourceCreated:
+    uid: str
+    space: str
+    name: str
+    form: str
+    spec: str
+    generation: int
+    operationId: str
+    createdAt: int
+
+
+@dataclass(frozen=True)
+class ResourceUpdated:
+    uid: str
+    space: str
+    spec: str
+    generation: int
+    operationId: str
+    updatedAt: int
+
+
+@dataclass(frozen=True)
+class ResourceStateChanged:
+    uid: str
+    space: str
+    state: str
+    at: int
+
+
+@dataclass(frozen=True)
+class ResourceObserved:
+    uid: str
+    space: str
+    observed: str
+    at: int
+
+
+@dataclass(frozen=True)
+class ResourceDeleted:
+    uid: str
+    space: str
+    operationId: str
+    deletedAt: int
+
+
+@dataclass(frozen=True)
+class OperationStarted:
+    id: str
+    kind: str
+    space: str
+    resourceUid: str
+    generation: int
+    principal: str
+    createdAt: int
+
+
+@dataclass(frozen=True)
+class OperationStateChanged:
+    id: str
+    space: str
+    state: str
+    effect: str
+    at: int
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class MessageAccepted:
+    queueUid: str
+    space: str
+    messageId: str
+    body: bytes
+    acceptedAt: int
+    visibleAt: int
+    principal: str | None = None
+    idempotencyKey: str | None = None
+
+
+Record = (
+    CommandSubmitted | CommandDecided | SpaceCreated | SpaceDeleted | TokenIssued | TokensRevoked
+    | ResourceCreated | ResourceUpdated | ResourceStateChanged | ResourceObserved | ResourceDeleted
+    | OperationStarted | OperationStateChanged | MessageAccepted
+)
+
+RECORD_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        CommandSubmitted, CommandDecided, SpaceCreated, SpaceDeleted, TokenIssued, TokensRevoked,
+        ResourceCreated, ResourceUpdated, ResourceStateChanged, ResourceObserved, ResourceDeleted,
+        OperationStarted, OperationStateChanged, MessageAccepted,
+    )
+}

@@ -1,0 +1,55 @@
+"""The topics, their partitioning and cleanup policies, and the one idempotent bootstrap step.
+
+Commands and control records share one key (the Space, or `_admin`) and one
+partition count, so the owner of a command partition owns the same partition
+of the control log, which is its changelog: state is the fold of it.
+"""
+
+from dataclasses import dataclass
+
+from sumi.core.config import Settings
+
+ADMIN_KEY = "_admin"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    config: dict[str, str]
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    forever = {"cleanup.policy": "delete", "retention.ms": "-1"}
+    return [
+        TopicSpec(settings.topic("commands"), {"cleanup.policy": "delete", "retention.ms": str(7 * 86400_000)}),
+        TopicSpec(settings.topic("control"), forever),
+        TopicSpec(settings.topic("queue"), forever),
+    ]
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """Kafka's default partitioner (murmur2), so Java clients agree with us."""
+    from aiokafka.partitioner import murmur2
+
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+async def ensure_topics(settings: Settings) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import TopicAlreadyExistsError
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [
+            NewTopic(t.name, settings.partitions, settings.replication, topic_configs=t.config)
+            for t in topic_specs(settings) if t.name not in existing
+        ]
+        if missing:
+            try:
+                await admin.create_topics(missing)
+            except TopicAlreadyExistsError:
+                pass  # another process won the race: same topics, same settings
+    finally:
+        await admin.close()

@@ -1,0 +1,128 @@
+"""Session fixtures: one real Kafka broker and one real PostgreSQL for the whole run.
+
+Each comes from, in order: the SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL
+variables (external ones); testcontainers (`apache/kafka`, `postgres`) when a
+Docker engine is reachable; else the local launchers `sumi up` uses. Tests
+isolate by a topic prefix and database schema per Host and a Space per test.
+"""
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from sumi.core.config import Settings
+from sumi.infra import KafkaBroker, PostgresServer, free_port
+
+
+def _docker_reachable() -> bool:
+    try:
+        import docker
+
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    if os.environ.get("SUMI_KAFKA_BOOTSTRAP"):
+        yield os.environ["SUMI_KAFKA_BOOTSTRAP"]
+    elif _docker_reachable():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer("apache/kafka:4.1.1").with_kraft() as kafka:
+            yield kafka.get_bootstrap_server()
+    else:
+        with KafkaBroker() as broker:
+            yield broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    if os.environ.get("SUMI_DATABASE_URL"):
+        yield os.environ["SUMI_DATABASE_URL"]
+    elif _docker_reachable():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:17", driver=None) as pg:
+            yield pg.get_connection_url()
+    else:
+        with PostgresServer() as pg:
+            yield pg.url
+
+
+def new_settings(kafka_bootstrap: str, database_url: str, **overrides: object) -> Settings:
+    """Settings for a Host of its own: fresh topics, fresh schema, a free port."""
+    tag = uuid.uuid4().hex[:8]
+    values: dict[str, object] = dict(
+        kafka_bootstrap=kafka_bootstrap, database_url=database_url, topic_prefix=f"t{tag}",
+        db_schema=f"s{tag}", partitions=3, http_port=free_port(), decision_timeout=10.0)
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@dataclass
+class Host:
+    url: str
+    admin_token: str
+    settings: Settings
+    supervisor: object
+
+
+def start_host(settings: Settings) -> Host:
+    import asyncio
+
+    from sumi._bootstrap import issue_admin_token, prepare
+    from sumi.supervisor import Supervisor
+
+    token = "sumi_test_" + uuid.uuid4().hex
+    asyncio.run(prepare(settings))
+    sup = Supervisor(settings).start()
+    try:
+        asyncio.run(issue_admin_token(settings, token))
+        sup.wait_ready()
+    except BaseException:
+        sup.stop()
+        raise
+    return Host(sup.url, token, settings, sup)
+
+
+@pytest.fixture(scope="session")
+def host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
+    h = start_host(new_settings(kafka_bootstrap, database_url))
+    try:
+        yield h
+    finally:
+        h.supervisor.stop()  # type: ignore[attr-defined]
+
+
+@dataclass
+class SpaceFixture:
+    name: str
+    editor_token: str
+    viewer_token: str
+
+    # Unpacks as (name, editor_token, viewer_token).
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter((self.name, self.editor_token, self.viewer_token))
+
+
+@pytest.fixture
+async def space(host: Host) -> AsyncIterator[SpaceFixture]:
+    name = "sp-" + uuid.uuid4().hex[:10]
+    admin = {"Authorization": f"Bearer {host.admin_token}"}
+    async with httpx.AsyncClient(base_url=host.url, timeout=30) as client:
+        r = await client.post("/v2/spaces", json={"name": name}, headers=admin)
+        assert r.status_code == 201, r.text
+        tokens = []
+        for role in ("editor", "viewer"):
+            r = await client.post("/v2/tokens", headers=admin, json={
+                "principal": f"{role}-{name}", "grants": [{"space": name, "role": role}], "admin": False})
+            assert r.status_code == 201, r.text
+            tokens.append(r.json()["token"])
+    yield SpaceFixture(name, tokens[0], tokens[1])

@@ -1,0 +1,156 @@
+"""The control processor's pure decisions, without a broker."""
+
+import json
+from typing import Any
+
+from sumi.control import ControlState, decide, evolve
+from sumi.control.forms.names import MODULE_WORKER, QUEUE
+from sumi.core import records as r
+
+NOW = 1_700_000_000_000
+
+
+def cmd(kind: str, payload: dict[str, Any], *, space: str = "demo", key: str | None = None,
+        fp: str | None = None, cid: str = "c1", principal: str = "alice") -> r.CommandSubmitted:
+    return r.CommandSubmitted(cid, kind, space, principal, False, json.dumps(payload), NOW, key, fp)
+
+
+def run(state: ControlState, command: r.CommandSubmitted) -> list[Any]:
+    """Decide, fold, and carry out follow-ups, as the runner does."""
+    out: list[Any] = []
+    queue = [command]
+    while queue:
+        d = decide(state, queue.pop(0), NOW)
+        for e in d.events:
+            evolve(state, e)
+        out += d.events
+        queue += d.followups
+    return out
+
+
+def reply(events: list[Any]) -> r.CommandDecided:
+    return next(e for e in events if isinstance(e, r.CommandDecided))
+
+
+def problem(events: list[Any]) -> dict[str, Any]:
+    d = reply(events)
+    assert not d.accepted
+    return json.loads(d.problem or "{}")
+
+
+def with_space() -> ControlState:
+    s = ControlState()
+    run(s, cmd("space.create", {"name": "demo"}))
+    return s
+
+
+def create_queue(s: ControlState, name: str = "q", cid: str = "c2", **kw: Any) -> list[Any]:
+    return run(s, cmd("resource.create", {"name": name, "form": QUEUE,
+                                          "spec": {"retentionSeconds": 3600}}, cid=cid, **kw))
+
+
+def test_space_name_conflict() -> None:
+    s = with_space()
+    assert problem(run(s, cmd("space.create", {"name": "demo"}, cid="x")))["code"] == "name_conflict"
+
+
+def test_create_runs_pending_then_succeeds() -> None:
+    s = with_space()
+    events = create_queue(s)
+    states = [e.state for e in events if isinstance(e, r.OperationStateChanged)]
+    assert states == ["running", "succeeded"]
+    assert reply(events).status == 202
+    res = s.space("demo").by_ref("q")
+    assert res is not None and res.state == "active" and res.uid == "res_c2"
+
+
+def test_same_idempotency_key_same_operation_other_body_422() -> None:
+    # QC-46: the same key and request is the same Operation, never a second Resource.
+    s = with_space()
+    first = reply(create_queue(s, key="k1", fp="f1"))
+    again = run(s, cmd("resource.create", {"name": "q", "form": QUEUE, "spec": {"retentionSeconds": 3600}},
+                       cid="c3", key="k1", fp="f1"))
+    assert reply(again).operationId == first.operationId
+    assert len(s.space("demo").resources) == 1
+    other = run(s, cmd("resource.create", {"name": "q2", "form": QUEUE, "spec": {"retentionSeconds": 60}},
+                       cid="c4", key="k1", fp="f2"))
+    assert problem(other)["code"] == "idempotency_key_reused"
+
+
+def test_name_conflict_and_unsupported_form_and_invalid_spec() -> None:
+    s = with_space()
+    create_queue(s)
+    assert problem(create_queue(s, cid="c9"))["code"] == "name_conflict"
+    p = problem(run(s, cmd("resource.create", {"name": "x", "form": "https://example/", "spec": {}})))
+    assert p["code"] == "unsupported_form"
+    p = problem(run(s, cmd("resource.create", {"name": "x", "form": QUEUE,
+                                               "spec": {"retentionSeconds": 59, "extra": 1}})))
+    assert p["code"] == "invalid_spec"
+    assert {e["path"] for e in p["errors"]} == {"/spec/retentionSeconds", "/spec/extra"}
+
+
+def test_private_inputs_rejected() -> None:
+    # QC-10
+    s = with_space()
+    p = problem(run(s, cmd("resource.create", {"name": "x", "form": QUEUE, "privateInputs": {"a": 1},
+                                               "spec": {"retentionSeconds": 60}})))
+    assert p["code"] == "invalid_spec" and p["errors"][0]["path"] == "/privateInputs"
+
+
+def test_rejection_changes_nothing() -> None:
+    # QC-20: a rejected command leaves only its own decision record.
+    s = with_space()
+    events = run(s, cmd("resource.create", {"name": "x", "form": QUEUE, "spec": {}}))
+    assert [type(e) for e in events] == [r.CommandDecided]
+    assert not s.space("demo").resources
+
+
+def test_update_bumps_generation_and_delete_releases_name() -> None:
+    s = with_space()
+    create_queue(s)
+    run(s, cmd("resource.update", {"ref": "q", "spec": {"retentionSeconds": 60}}, cid="u1"))
+    assert s.space("demo").by_ref("q").generation == 2  # type: ignore[union-attr]
+    run(s, cmd("resource.delete", {"ref": "res_c2"}, cid="d1"))
+    assert s.space("demo").by_ref("q") is None
+    assert reply(create_queue(s, cid="c5")).accepted
+
+
+def test_space_delete_refused_while_it_holds_resources() -> None:
+    s = with_space()
+    create_queue(s)
+    assert problem(run(s, cmd("space.delete", {"name": "demo"}, cid="sd")))["code"] == "dependency_conflict"
+
+
+def test_resource_busy_while_an_operation_is_unfinished() -> None:
+    s = with_space()
+    d = decide(s, cmd("resource.create", {"name": "q", "form": QUEUE, "spec": {"retentionSeconds": 60}}), NOW)
+    for e in d.events:
+        evolve(s, e)  # accepted, but its apply has not run yet
+    p = problem(run(s, cmd("resource.delete", {"ref": "q"}, cid="d2")))
+    assert p["code"] == "resource_busy"
+
+
+def test_apply_twice_does_nothing_twice() -> None:
+    # QC-48: a follow-up redelivered after a crash finds its Operation finished.
+    s = with_space()
+    d = decide(s, cmd("resource.create", {"name": "q", "form": QUEUE, "spec": {"retentionSeconds": 60}}), NOW)
+    for e in d.events:
+        evolve(s, e)
+    apply = d.followups[0]
+    first = run(s, apply)
+    assert any(isinstance(e, r.OperationStateChanged) and e.state == "succeeded" for e in first)
+    assert run(s, apply) == []
+
+
+def test_worker_delete_blocked_by_reference() -> None:
+    s = with_space()
+    run(s, cmd("resource.create", {"name": "w", "form": MODULE_WORKER,
+                                   "spec": {"runtime": "javascript", "handlers": ["queue"]}}, cid="w1"))
+    assert reply(run(s, cmd("resource.delete", {"ref": "w"}, cid="w2"))).accepted
+
+
+def test_grant_to_missing_space_rejected() -> None:
+    s = with_space()
+    p = problem(run(s, cmd("token.create", {"principal": "bob", "admin": False, "tokenHash": "h",
+                                            "grants": [{"space": "nope", "role": "editor"}]}, space="")))
+    assert p["code"] == "invalid_request"
