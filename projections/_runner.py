@@ -32,14 +32,14 @@ class ProjectionRunner:
 
     async def run(self) -> None:
         conn = await psycopg.AsyncConnection.connect(
-            self.settings.database_url, options=f"-c search_path={self.settings.db_schema}")
+            self.settings.database_url, autocommit=True,
+            options=f"-c search_path={self.settings.db_schema}")
         consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap,
                                     isolation_level="read_committed", enable_auto_commit=False,
                                     auto_offset_reset="earliest")
         await consumer.start()
         try:
-            tps = [TopicPartition(self.topic, p)
-                   for p in sorted(await consumer.partitions_for_topic(self.topic) or [])]
+            tps = [TopicPartition(self.topic, p) for p in await self._partitions(consumer)]
             consumer.assign(tps)
             stored = await self._stored_offsets(conn)
             for tp in tps:
@@ -54,6 +54,15 @@ class ProjectionRunner:
         finally:
             await consumer.stop()
             await conn.close()
+
+    async def _partitions(self, consumer: AIOKafkaConsumer) -> list[int]:
+        for _ in range(100):  # metadata of a just-created topic can take a moment
+            parts = consumer.partitions_for_topic(self.topic)
+            if parts:
+                return sorted(parts)
+            await consumer._client.force_metadata_update()
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"topic {self.topic} has no partitions")
 
     async def _stored_offsets(self, conn: psycopg.AsyncConnection[Any]) -> dict[int, int]:
         rows = await (await conn.execute(

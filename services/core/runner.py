@@ -54,6 +54,7 @@ class TransactionalRunner:
         self.group = f"{settings.topic_prefix}-{name}"
         self.transactional_id = f"{settings.topic_prefix}-{name}-{instance}"
         self.ready = asyncio.Event()
+        self.failed: BaseException | None = None
 
     async def run(self) -> None:
         producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap,
@@ -68,6 +69,8 @@ class TransactionalRunner:
             consumer.subscribe([self.input_topic], listener=_Rebuild(self))
             while True:
                 batch = await consumer.getmany(timeout_ms=500, max_records=500)
+                if self.failed is not None:
+                    raise RuntimeError("rebuilding state failed") from self.failed
                 if batch:
                     await self._process(producer, batch)
         finally:
@@ -97,7 +100,7 @@ class TransactionalRunner:
             await reader.seek_to_beginning(*tps)
             ends = await reader.end_offsets(tps)
             count = 0
-            while any(await reader.position(tp) < ends[tp] for tp in tps):
+            while await _behind(reader, ends):
                 for messages in (await reader.getmany(timeout_ms=200, max_records=5000)).values():
                     for message in messages:
                         self.logic.fold(codec.decode(message.value))
@@ -105,6 +108,13 @@ class TransactionalRunner:
             log.info("%s rebuilt %d records from %d partitions", self.name, count, len(tps))
         finally:
             await reader.stop()
+
+
+async def _behind(reader: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:
+    for tp, end in ends.items():
+        if await reader.position(tp) < end:
+            return True
+    return False
 
 
 class _Rebuild(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -117,5 +127,10 @@ class _Rebuild(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: Any) -> None:
         # A fresh fold for every assignment: state of partitions lost meanwhile must not linger.
         self.runner.logic.reset()
-        await self.runner.rebuild(tp.partition for tp in assigned)
+        try:
+            await self.runner.rebuild(tp.partition for tp in assigned)
+        except BaseException as exc:
+            # aiokafka only logs a listener's failure; deciding on a partial fold must not happen.
+            self.runner.failed = exc
+            raise
         self.runner.ready.set()

@@ -1,1 +1,27 @@
+"""Worker runtimes: run a Version's code in stoppable, isolated execution contexts.
 
+``javascript`` contexts are worker threads of one sandboxed Node.js process;
+``python`` contexts are child processes running trusted code.
+"""
+
+from ._jshost import JsContext, JsRuntime, RuntimeUnavailable
+from ._pyhost import PyContext, PyRuntime
+from .types import (
+    EnvSpec,
+    ExecutionContext,
+    HostCall,
+    HostError,
+    InvokeResult,
+    Limits,
+    LoadInfo,
+    Module,
+    QueueBatch,
+    QueueMessage,
+    Runtime,
+)
+
+__all__ = [
+    "EnvSpec", "ExecutionContext", "HostCall", "HostError", "InvokeResult", "JsContext",
+    "JsRuntime", "Limits", "LoadInfo", "Module", "PyContext", "PyRuntime", "QueueBatch",
+    "QueueMessage", "Runtime", "RuntimeUnavailable",
+]

@@ -1,0 +1,70 @@
+"""Who is calling, and what they may do in a Space (host-api.md section 1).
+
+Looked up on every request and never cached, so a revocation is effective on
+the very next request.
+"""
+
+import hashlib
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from sumi.core.problems import Problem
+from sumi.gateway._backend import backend
+
+
+@dataclass(frozen=True)
+class Caller:
+    principal: str
+    admin: bool
+    roles: dict[str, str] = field(default_factory=dict)
+
+    def role(self, space: str) -> str | None:
+        """viewer | editor | None; an admin is editor everywhere."""
+        return "editor" if self.admin else self.roles.get(space)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def bearer(header: str | None) -> str | None:
+    scheme, _, token = (header or "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+async def authenticate(request: Request) -> Caller:
+    token = bearer(request.headers.get("authorization"))
+    if token is None:
+        raise Problem("unauthenticated", "missing bearer token")
+    db = backend(request)
+    row = await db.fetchone("SELECT principal, admin FROM tokens WHERE token_hash = %s",
+                            (token_hash(token),))
+    if row is None:
+        raise Problem("unauthenticated", "unknown or revoked token")
+    grants = await db.fetchall("SELECT space, role FROM grants WHERE principal = %s",
+                               (row["principal"],))
+    return Caller(row["principal"], row["admin"], {g["space"]: g["role"] for g in grants})
+
+
+def require_admin(caller: Caller) -> None:
+    if not caller.admin:
+        raise Problem("forbidden", "this needs an admin token")
+
+
+async def authorize(request: Request, space: str, write: bool = False) -> Caller:
+    """Authenticate, then check the caller's role in `space`.
+
+    No role (or no such Space) is `404 not_found`, so a Space's existence is
+    never revealed; a viewer that writes is `403 forbidden`.
+    """
+    caller = await authenticate(request)
+    role = caller.role(space)
+    exists = role is not None and await backend(request).fetchone(
+        "SELECT 1 AS one FROM spaces WHERE name = %s", (space,))
+    if not exists:
+        raise Problem("not_found", f"no Space {space!r} visible to this token")
+    if write and role != "editor":
+        raise Problem("forbidden", f"role {role} may not change Space {space!r}")
+    return caller

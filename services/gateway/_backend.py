@@ -1,0 +1,99 @@
+"""The gateway's two connections: a Postgres pool for reads and a Kafka producer for appends.
+
+Both are opened by the app's lifespan and reached through `backend(request)`;
+nothing else in the gateway holds a connection or any cached state.
+"""
+
+import asyncio
+import logging
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
+from aiokafka.structs import RecordMetadata
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+from starlette.requests import Request
+
+from sumi.core.config import Settings
+from sumi.core.topics import partition_for
+
+log = logging.getLogger("sumi.gateway")
+
+Row = dict[str, Any]
+
+
+class Backend:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._pool: AsyncConnectionPool | None = None
+        self._producer: AIOKafkaProducer | None = None
+
+    async def start(self, kafka_wait: float = 30.0) -> None:
+        s = self.settings
+        # open(wait=False): the gateway comes up even while Postgres is still starting;
+        # /readyz reports it, requests answer 503 until it answers.
+        self._pool = AsyncConnectionPool(
+            s.database_url, open=False, min_size=2, max_size=16, timeout=5.0,
+            kwargs={"options": f"-c search_path={s.db_schema}", "autocommit": True},
+        )
+        await self._pool.open(wait=False)
+        self._producer = await _start_producer(s, kafka_wait)
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+        if self._pool is not None:
+            await self._pool.close()
+
+    @property
+    def producer(self) -> AIOKafkaProducer:
+        assert self._producer is not None, "backend not started"
+        return self._producer
+
+    async def fetchall(self, sql: str, params: Any = ()) -> list[Row]:
+        assert self._pool is not None, "backend not started"
+        async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(sql, params)
+            return await cur.fetchall()
+
+    async def fetchone(self, sql: str, params: Any = ()) -> Row | None:
+        rows = await self.fetchall(sql, params)
+        return rows[0] if rows else None
+
+    def partition(self, key: str) -> int:
+        return partition_for(key, self.settings.partitions)
+
+    async def send(self, topic: str, key: str, value: bytes) -> RecordMetadata:
+        """Append one record with acks=all; returns once it is durable."""
+        return await self.producer.send_and_wait(
+            topic, value, key=key.encode(), partition=self.partition(key))
+
+    async def send_in_order(self, topic: str, key: str,
+                            values: list[bytes]) -> list[RecordMetadata]:
+        # Enqueue all first, then await: one partition + the idempotent producer keep
+        # array order while the batch shares round trips.
+        part = self.partition(key)
+        futures = [await self.producer.send(topic, v, key=key.encode(), partition=part)
+                   for v in values]
+        return [await f for f in futures]
+
+
+async def _start_producer(settings: Settings, wait: float) -> AIOKafkaProducer:
+    deadline = asyncio.get_running_loop().time() + wait
+    while True:
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap,
+                                    acks="all", enable_idempotence=True)
+        try:
+            await producer.start()
+            return producer
+        except KafkaConnectionError:
+            await producer.stop()
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.warning("Kafka at %s not reachable yet; retrying", settings.kafka_bootstrap)
+            await asyncio.sleep(1.0)
+
+
+def backend(request: Request) -> Backend:
+    return request.app.state.backend  # type: ignore[no-any-return]

@@ -1,0 +1,108 @@
+"""Request-reply with the control processor (architecture.md rule 4).
+
+The gateway decides nothing that needs state: it appends a `CommandSubmitted`
+and waits for the processor's `CommandDecided`, which the control projection
+writes to the `decisions` table (with the Operation and Resource rows, in the
+same transaction). No decision in time is `503 backend_unavailable`; the client
+retries with the same Idempotency-Key and gets the same decision.
+"""
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from sumi.core.codec import encode
+from sumi.core.ids import new_ulid
+from sumi.core.problems import Problem
+from sumi.core.records import CommandSubmitted
+from sumi.gateway._auth import Caller
+from sumi.gateway._backend import Backend, Row, backend
+from sumi.gateway._json import canonical
+from sumi.gateway._poll import poll
+from sumi.gateway._problems import stored_problem_response
+from sumi.gateway._views import OPERATION_COLUMNS, operation_json, with_rfc3339
+
+
+@dataclass(frozen=True)
+class Command:
+    kind: str
+    space: str  # "" for token commands
+    key: str  # the Kafka key: the Space, or ADMIN_KEY
+    payload: dict[str, Any]
+    idempotency_key: str | None = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    accepted: bool
+    status: int
+    operation_id: str | None
+    problem: dict[str, Any] | None
+    result: Any
+
+
+def command_record(command: Command, caller: Caller, command_id: str) -> CommandSubmitted:
+    return CommandSubmitted(
+        commandId=command_id, kind=command.kind, space=command.space,
+        principal=caller.principal, admin=caller.admin, payload=canonical(command.payload),
+        submittedAt=int(time.time() * 1000), idempotencyKey=command.idempotency_key,
+        fingerprint=command.fingerprint,
+    )
+
+
+async def decide(request: Request, caller: Caller, command: Command) -> Decision:
+    """Append the command, then wait for its decision."""
+    db = backend(request)
+    command_id = new_ulid()
+    started, timeout = time.monotonic(), db.settings.decision_timeout
+    # One budget for append and decision: a broker that cannot take the command in time
+    # is answered like a processor that cannot decide it in time.
+    await asyncio.wait_for(db.send(db.settings.topic("commands"), command.key,
+                                   encode(command_record(command, caller, command_id))), timeout)
+    remaining = max(timeout - (time.monotonic() - started), 0.0)
+    row = await poll(lambda: _decision_row(db, command_id), remaining)
+    if row is None:
+        raise Problem("backend_unavailable",
+                      "no decision in time; retry with the same Idempotency-Key")
+    return Decision(row["accepted"], row["status"], row["operation_id"], row["problem"],
+                    row["result"])
+
+
+async def _decision_row(db: Backend, command_id: str) -> Row | None:
+    return await db.fetchone(
+        "SELECT accepted, status, operation_id, problem, result FROM decisions "
+        "WHERE command_id = %s", (command_id,))
+
+
+async def respond(request: Request, decision: Decision) -> Response:
+    """The decision as the contract's answer: a Problem, an Operation, or a result."""
+    if not decision.accepted:
+        problem = {"status": decision.status, **(decision.problem or {})}
+        return stored_problem_response(problem, request.url.path)
+    if decision.operation_id is not None:
+        return await operation_response(request, decision.operation_id, decision.status)
+    if decision.status == 204 or decision.result is None:
+        return Response(status_code=decision.status)
+    result = decision.result
+    return JSONResponse(with_rfc3339(result) if isinstance(result, dict) else result,
+                        status_code=decision.status)
+
+
+async def operation_response(request: Request, operation_id: str, status: int) -> Response:
+    db = backend(request)
+    row = await poll(lambda: db.fetchone(
+        f"SELECT {OPERATION_COLUMNS} FROM operations WHERE id = %s", (operation_id,)),
+        db.settings.decision_timeout)
+    if row is None:
+        raise Problem("backend_unavailable", "the Operation is not readable yet; retry")
+    return JSONResponse(operation_json(row), status_code=status,
+                        headers={"Location": f"/v2/operations/{operation_id}"})
+
+
+async def submit(request: Request, caller: Caller, command: Command) -> Response:
+    return await respond(request, await decide(request, caller, command))

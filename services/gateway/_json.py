@@ -1,0 +1,104 @@
+"""Request bodies: strict JSON objects, canonical form, fingerprints, Idempotency-Key.
+
+Pure functions (no I/O) except `read_object`, so the rules are unit-testable.
+"""
+
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import rfc8785
+from starlette.requests import Request
+
+from sumi.core.problems import Problem
+
+# The largest request we read: 100 queue messages of 127,000 bytes in base64, with room.
+MAX_BODY_BYTES = 20 * 1024 * 1024
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("duplicate object key")
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json(raw: bytes) -> Any:
+    """RFC 8259 JSON only: no NaN/Infinity, no duplicate keys (they would be ambiguous)."""
+    try:
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates,
+                          parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Problem("invalid_request", f"the body is not valid JSON: {exc}") from None
+
+
+def check_object(body: Any, required: Iterable[str],
+                 optional: Iterable[str] = ()) -> dict[str, Any]:
+    """A JSON object with exactly the allowed keys (unknown keys are rejected, never ignored)."""
+    if not isinstance(body, dict):
+        raise Problem("invalid_request", "the body must be a JSON object")
+    required = set(required)
+    unknown = sorted(set(body) - required - set(optional))
+    if unknown:
+        raise Problem("invalid_request", f"unknown key(s): {', '.join(unknown)}")
+    missing = sorted(required - set(body))
+    if missing:
+        raise Problem("invalid_request", f"missing key(s): {', '.join(missing)}")
+    return body
+
+
+def require(ok: bool, message: str) -> None:
+    """A top-level type check; failing it is `400 invalid_request`."""
+    if not ok:
+        raise Problem("invalid_request", message)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Problem("payload_too_large", f"the body exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_object(request: Request, required: Iterable[str],
+                      optional: Iterable[str] = ()) -> dict[str, Any]:
+    return check_object(parse_json(await read_body(request)), required, optional)
+
+
+def canonical(obj: Any) -> str:
+    """RFC 8785 canonical JSON (what goes on the log and into fingerprints)."""
+    try:
+        return rfc8785.dumps(obj).decode("utf-8")
+    except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
+        raise Problem("invalid_request", f"the body cannot be canonicalized: {exc}") from None
+
+
+def fingerprint(method: str, path: str, body: Any | None) -> str:
+    """What an Idempotency-Key is bound to: method, path and canonical body ('' when none)."""
+    text = "" if body is None else canonical(body)
+    return hashlib.sha256(f"{method.upper()}\n{path}\n{text}".encode()).hexdigest()
+
+
+def idempotency_key(value: str | None, required: bool) -> str | None:
+    """1..255 visible ASCII characters; missing → 428 when required."""
+    if value is None:
+        if required:
+            raise Problem("idempotency_key_required", "this request needs an Idempotency-Key")
+        return None
+    if not 1 <= len(value) <= 255 or any(not 0x21 <= ord(c) <= 0x7E for c in value):
+        raise Problem("invalid_request",
+                      "Idempotency-Key must be 1..255 visible ASCII characters")
+    return value

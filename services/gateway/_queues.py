@@ -1,0 +1,145 @@
+"""The AtLeastOnceQueue data plane (host-api.md section 4).
+
+Sends are appended straight to the queue topic (the queue's own log, keyed by
+its UID): accepting a message needs no decision beyond the body's shape and the
+queue's existence. Stats and peek read the queue projection.
+"""
+
+import asyncio
+import base64
+import logging
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from sumi.control.forms.names import QUEUE
+from sumi.core.codec import encode
+from sumi.core.problems import Problem
+from sumi.core.records import MessageAccepted
+from sumi.gateway._auth import Caller, authorize
+from sumi.gateway._backend import Backend, Row, backend
+from sumi.gateway._json import idempotency_key, read_object
+from sumi.gateway._poll import poll
+from sumi.gateway._query import bool_param, choice_param, int_param
+from sumi.gateway._queue_input import Outgoing, message_ids, parse_messages
+from sumi.gateway._routing import route
+from sumi.gateway._views import rfc3339
+
+log = logging.getLogger("sumi.gateway")
+
+# Sends go to a queue that exists and is not being deleted.
+LIVE = ("active", "updating")
+
+PEEK_FILTERS = {  # constant SQL per ?state=; never built from input
+    "ready": "state = 'pending' AND visible_at <= now()",
+    "delayed": "state = 'pending' AND visible_at > now()",
+    "inFlight": "state = 'inflight'",
+    None: "state IN ('pending', 'inflight')",
+}
+
+
+async def resolve_queue(request: Request, write: bool) -> tuple[Caller, Row]:
+    space, ref = request.path_params["space"], request.path_params["uid"]
+    caller = await authorize(request, space, write=write)
+    column = "uid" if "_" in ref else "name"
+    row = await backend(request).fetchone(
+        f"SELECT uid, state FROM resources WHERE space = %s AND form = %s AND {column} = %s",
+        (space, QUEUE, ref))
+    if row is None or (write and row["state"] not in LIVE):
+        raise Problem("not_found", f"no AtLeastOnceQueue {ref!r} in Space {space!r}")
+    return caller, row
+
+
+async def send_messages(request: Request) -> Response:
+    caller, queue = await resolve_queue(request, write=True)
+    key = idempotency_key(request.headers.get("idempotency-key"), required=False)
+    messages = parse_messages(await read_object(request, {"messages"}))
+    ids = message_ids(queue["uid"], caller.principal, key, len(messages))
+    db = backend(request)
+    # A replay re-derives the same IDs; whatever the projection already holds was appended.
+    known = {r["message_id"] for r in await db.fetchall(
+        "SELECT message_id FROM queue_messages WHERE message_id = ANY(%s)", (ids,))}
+    todo = [(mid, m) for mid, m in zip(ids, messages, strict=True) if mid not in known]
+    if todo:
+        await _append(db, request.path_params["space"], queue["uid"], caller, key, todo)
+    return JSONResponse({"messageIds": ids}, status_code=202)
+
+
+async def _append(db: Backend, space: str, queue_uid: str, caller: Caller, key: str | None,
+                  todo: list[tuple[str, Outgoing]]) -> None:
+    now = int(time.time() * 1000)
+    records = [encode(MessageAccepted(
+        queueUid=queue_uid, space=space, messageId=mid, body=m.body, acceptedAt=now,
+        visibleAt=now + m.delay_seconds * 1000, principal=caller.principal, idempotencyKey=key))
+        for mid, m in todo]
+    # Bounded like a command: on timeout the client retries with its Idempotency-Key, which
+    # re-derives the same message IDs (the projection keeps the first of any duplicate).
+    metas = await asyncio.wait_for(
+        db.send_in_order(db.settings.topic("queue"), queue_uid, records),
+        db.settings.decision_timeout)
+    await _await_projection(db, metas[-1].partition, metas[-1].offset)
+
+
+async def _await_projection(db: Backend, partition: int, offset: int) -> None:
+    """Read your writes: stats and peek after a 202 include the messages just sent."""
+    topic = db.settings.topic("queue")
+
+    async def caught_up() -> bool | None:
+        row = await db.fetchone(
+            "SELECT next_offset FROM projection_offsets WHERE projection = 'queue' "
+            "AND topic = %s AND partition = %s", (topic, partition))
+        return True if row is not None and row["next_offset"] > offset else None
+
+    if await poll(caught_up, db.settings.decision_timeout) is None:
+        # The append is durable, so the answer is still 202; only the read side lags.
+        log.warning("queue projection behind %s[%d]@%d", topic, partition, offset)
+
+
+async def queue_stats(request: Request) -> Response:
+    _, queue = await resolve_queue(request, write=False)
+    db = backend(request)
+    counts = await db.fetchone(
+        "SELECT count(*) FILTER (WHERE state = 'pending' AND visible_at <= now()) AS ready, "
+        "count(*) FILTER (WHERE state = 'pending' AND visible_at > now()) AS delayed, "
+        "count(*) FILTER (WHERE state = 'inflight') AS in_flight, now() AS observed_at "
+        "FROM queue_messages WHERE queue_uid = %s", (queue["uid"],))
+    totals = await db.fetchone(
+        "SELECT acknowledged, retried, dead_lettered, discarded FROM queue_counters "
+        "WHERE queue_uid = %s", (queue["uid"],)) or {}
+    assert counts is not None
+    return JSONResponse({
+        "ready": counts["ready"], "delayed": counts["delayed"], "inFlight": counts["in_flight"],
+        "acknowledged": totals.get("acknowledged", 0), "retried": totals.get("retried", 0),
+        "deadLettered": totals.get("dead_lettered", 0), "discarded": totals.get("discarded", 0),
+        "observedAt": rfc3339(counts["observed_at"]),
+    })
+
+
+async def peek_messages(request: Request) -> Response:
+    _, queue = await resolve_queue(request, write=False)
+    state = choice_param(request, "state", ("ready", "delayed", "inFlight"))
+    limit = int_param(request, "limit", 100, 1, 1000)
+    with_body = bool_param(request, "includeBody", False)
+    rows = await backend(request).fetchall(
+        "SELECT message_id, accepted_at, attempts, size, "
+        "CASE WHEN %s THEN body END AS body, CASE WHEN state = 'inflight' THEN 'inFlight' "
+        "WHEN visible_at <= now() THEN 'ready' ELSE 'delayed' END AS peek_state "
+        f"FROM queue_messages WHERE queue_uid = %s AND {PEEK_FILTERS[state]} "
+        "ORDER BY accepted_at, log_offset LIMIT %s", (with_body, queue["uid"], limit))
+    return JSONResponse({"items": [_peek_item(r, with_body) for r in rows]})
+
+
+def _peek_item(row: Row, with_body: bool) -> dict[str, Any]:
+    item = {"id": row["message_id"], "timestamp": round(row["accepted_at"].timestamp() * 1000),
+            "attempts": row["attempts"], "state": row["peek_state"], "size": row["size"]}
+    if with_body:
+        item["body"] = base64.b64encode(bytes(row["body"])).decode()
+    return item
+
+
+routes = [
+    route("/v2/spaces/{space}/queues/{uid}/messages", POST=send_messages, GET=peek_messages),
+    route("/v2/spaces/{space}/queues/{uid}/stats", GET=queue_stats),
+]

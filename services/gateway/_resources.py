@@ -1,0 +1,104 @@
+"""Resources (host-api.md section 2): writes become commands, reads come from Postgres."""
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from sumi.core.problems import Problem
+from sumi.gateway._auth import Caller, authorize
+from sumi.gateway._backend import Backend, Row, backend
+from sumi.gateway._commands import Command, submit
+from sumi.gateway._json import fingerprint, idempotency_key, read_object, require
+from sumi.gateway._query import decode_cursor, encode_cursor, int_param
+from sumi.gateway._routing import route
+from sumi.gateway._views import RESOURCE_COLUMNS, resource_json
+
+CREATE_KEYS = ({"name", "form", "spec"}, {"privateInputs"})
+UPDATE_KEYS = ({"spec"}, {"privateInputs"})
+
+
+def check_body(body: dict[str, Any]) -> dict[str, Any]:
+    """Top-level types; the spec's own shape is the Form's to judge (invalid_spec)."""
+    for key in ("name", "form"):
+        require(key not in body or isinstance(body[key], str), f"{key} must be a string")
+    for key in ("spec", "privateInputs"):
+        require(key not in body or isinstance(body[key], dict), f"{key} must be an object")
+    return body
+
+
+async def _write(request: Request, kind: str, body: dict[str, Any] | None,
+                 payload: dict[str, Any], caller: Caller, key: str) -> Response:
+    space = request.path_params["space"]
+    # The key is bound to method, path and body: the processor compares fingerprints (QC-46).
+    bound = fingerprint(request.method, request.url.path, body)
+    return await submit(request, caller, Command(kind, space, space, payload, key, bound))
+
+
+async def _write_access(request: Request) -> tuple[Caller, str]:
+    caller = await authorize(request, request.path_params["space"], write=True)
+    key = idempotency_key(request.headers.get("idempotency-key"), required=True)
+    assert key is not None
+    return caller, key
+
+
+async def create_resource(request: Request) -> Response:
+    caller, key = await _write_access(request)
+    body = check_body(await read_object(request, *CREATE_KEYS))
+    return await _write(request, "resource.create", body, dict(body), caller, key)
+
+
+async def update_resource(request: Request) -> Response:
+    caller, key = await _write_access(request)
+    body = check_body(await read_object(request, *UPDATE_KEYS))
+    payload = {"ref": request.path_params["uid"], **body}
+    return await _write(request, "resource.update", body, payload, caller, key)
+
+
+async def delete_resource(request: Request) -> Response:
+    caller, key = await _write_access(request)
+    payload = {"ref": request.path_params["uid"]}
+    return await _write(request, "resource.delete", None, payload, caller, key)
+
+
+async def find_resource(db: Backend, space: str, ref: str) -> Row | None:
+    """`ref` is a UID or a name: UIDs hold an underscore, names cannot."""
+    column = "uid" if "_" in ref else "name"
+    return await db.fetchone(
+        f"SELECT {RESOURCE_COLUMNS} FROM resources WHERE space = %s AND {column} = %s",
+        (space, ref))
+
+
+async def get_resource(request: Request) -> Response:
+    space, ref = request.path_params["space"], request.path_params["uid"]
+    await authorize(request, space)
+    row = await find_resource(backend(request), space, ref)
+    if row is None:
+        raise Problem("not_found", f"no Resource {ref!r} in Space {space!r}")
+    return JSONResponse(resource_json(row))
+
+
+async def list_resources(request: Request) -> Response:
+    space = request.path_params["space"]
+    await authorize(request, space)
+    limit = int_param(request, "limit", 100, 1, 100)
+    cursor = request.query_params.get("cursor")
+    rows = await backend(request).fetchall(
+        f"SELECT {RESOURCE_COLUMNS} FROM resources WHERE space = %(space)s "
+        "AND (%(form)s::text IS NULL OR form = %(form)s) "
+        "AND (%(name)s::text IS NULL OR name = %(name)s) "
+        "AND (%(after)s::text IS NULL OR uid > %(after)s) ORDER BY uid LIMIT %(limit)s",
+        {"space": space, "form": request.query_params.get("form"),
+         "name": request.query_params.get("name"),
+         "after": decode_cursor(cursor) if cursor else None, "limit": limit + 1})
+    more = len(rows) > limit
+    items = [resource_json(r) for r in rows[:limit]]
+    return JSONResponse({"items": items,
+                         "nextCursor": encode_cursor(items[-1]["uid"]) if more else None})
+
+
+routes = [
+    route("/v2/spaces/{space}/resources", POST=create_resource, GET=list_resources),
+    route("/v2/spaces/{space}/resources/{uid}", GET=get_resource, PUT=update_resource,
+          DELETE=delete_resource),
+]

@@ -1,0 +1,46 @@
+"""Service endpoints (host-api.md section 7): liveness, readiness, metrics."""
+
+import asyncio
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from sumi.core.problems import Problem
+from sumi.gateway._auth import authenticate
+from sumi.gateway._backend import backend
+from sumi.gateway._problems import problem_response
+from sumi.gateway._routing import route
+
+READY_TIMEOUT = 2.0
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    db = backend(request)
+    try:
+        # The projections' table answering means Postgres is up and migrated.
+        await asyncio.wait_for(db.fetchone("SELECT 1 AS one FROM projection_offsets LIMIT 1"),
+                               READY_TIMEOUT)
+        await asyncio.wait_for(db.producer.client.fetch_all_metadata(), READY_TIMEOUT)
+    except Exception as exc:  # readiness answers, whatever broke; it never raises
+        return problem_response(Problem("backend_unavailable", f"not ready: {exc!r}"),
+                                request.url.path)
+    return JSONResponse({"status": "ready"})
+
+
+async def metrics(request: Request) -> Response:
+    # Not among the contract's open endpoints (section 1): a scraper sends a bearer token.
+    await authenticate(request)
+    return Response(generate_latest(request.app.state.metrics.registry),
+                    media_type=CONTENT_TYPE_LATEST)
+
+
+routes = [
+    route("/healthz", GET=healthz),
+    route("/readyz", GET=readyz),
+    route("/metrics", GET=metrics),
+]

@@ -1,0 +1,60 @@
+"""Spaces (host-api.md section 1): create and delete by admins, list by anyone."""
+
+import re
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from sumi.core.problems import Problem
+from sumi.gateway._auth import authenticate, authorize, require_admin
+from sumi.gateway._backend import backend
+from sumi.gateway._commands import Command, submit
+from sumi.gateway._json import read_object, require
+from sumi.gateway._routing import route
+from sumi.gateway._views import rfc3339
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+def check_name(value: object, what: str) -> str:
+    require(isinstance(value, str), f"{what} must be a string")
+    if not NAME_RE.match(str(value)):
+        raise Problem("invalid_request", f"{what} must match {NAME_RE.pattern}")
+    return str(value)
+
+
+async def create_space(request: Request) -> Response:
+    caller = await authenticate(request)
+    require_admin(caller)
+    body = await read_object(request, {"name"})
+    name = check_name(body["name"], "name")
+    return await submit(request, caller, Command("space.create", name, name, {"name": name}))
+
+
+async def list_spaces(request: Request) -> Response:
+    caller = await authenticate(request)
+    db = backend(request)
+    if caller.admin:
+        rows = await db.fetchall(
+            "SELECT name, 'admin' AS role, created_at FROM spaces ORDER BY name")
+    else:
+        rows = await db.fetchall(
+            "SELECT s.name, g.role, s.created_at FROM spaces s JOIN grants g ON g.space = s.name "
+            "WHERE g.principal = %s ORDER BY s.name", (caller.principal,))
+    items = [{"name": r["name"], "role": r["role"], "createdAt": rfc3339(r["created_at"])}
+             for r in rows]
+    return JSONResponse({"items": items})
+
+
+async def delete_space(request: Request) -> Response:
+    name = request.path_params["space"]
+    # Visibility first: without a role the Space is 404, with a role but not admin 403.
+    caller = await authorize(request, name)
+    require_admin(caller)
+    return await submit(request, caller, Command("space.delete", name, name, {"name": name}))
+
+
+routes = [
+    route("/v2/spaces", POST=create_space, GET=list_spaces),
+    route("/v2/spaces/{space}", DELETE=delete_space),
+]

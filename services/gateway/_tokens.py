@@ -1,0 +1,62 @@
+"""Tokens (host-api.md section 1). The gateway mints the secret; only its hash is logged."""
+
+import secrets
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from sumi.core.topics import ADMIN_KEY
+from sumi.gateway._auth import authenticate, require_admin, token_hash
+from sumi.gateway._commands import Command, decide, respond, submit
+from sumi.gateway._json import check_object, read_object, require
+from sumi.gateway._routing import route
+from sumi.gateway._spaces import check_name
+
+ROLES = ("viewer", "editor")
+
+
+def new_token() -> str:
+    return "sumi_" + secrets.token_urlsafe(32)
+
+
+def check_grants(value: Any) -> list[dict[str, str]]:
+    """Shape only; whether each Space exists is the processor's decision."""
+    require(isinstance(value, list), "grants must be an array")
+    grants = []
+    for grant in value:
+        check_object(grant, {"space", "role"})
+        require(grant["role"] in ROLES, "a grant's role must be viewer or editor")
+        grants.append({"space": check_name(grant["space"], "a grant's space"),
+                       "role": grant["role"]})
+    return grants
+
+
+async def create_token(request: Request) -> Response:
+    caller = await authenticate(request)
+    require_admin(caller)
+    body = await read_object(request, {"principal"}, {"grants", "admin"})
+    principal = check_name(body["principal"], "principal")
+    grants = check_grants(body.get("grants", []))
+    require(isinstance(body.get("admin", False), bool), "admin must be a boolean")
+    token = new_token()
+    payload = {"principal": principal, "grants": grants, "admin": body.get("admin", False),
+               "tokenHash": token_hash(token)}
+    decision = await decide(request, caller, Command("token.create", "", ADMIN_KEY, payload))
+    if not decision.accepted:
+        return await respond(request, decision)
+    return JSONResponse({"token": token, "principal": principal}, status_code=201)
+
+
+async def revoke_tokens(request: Request) -> Response:
+    caller = await authenticate(request)
+    require_admin(caller)
+    principal = request.path_params["principal"]
+    return await submit(request, caller,
+                        Command("token.revoke", "", ADMIN_KEY, {"principal": principal}))
+
+
+routes = [
+    route("/v2/tokens", POST=create_token),
+    route("/v2/tokens/{principal}", DELETE=revoke_tokens),
+]

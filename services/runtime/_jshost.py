@@ -1,0 +1,147 @@
+"""Supervisor of the JavaScript runtime: one Node.js process, many contexts.
+
+Each context is a worker thread in that process (see ``js/host.mjs``). If the
+process dies, every context it held reports stopped and the next
+``start_context`` runs in a fresh process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._channel import EXITED, Channel
+from .types import (
+    DEFAULT_LIMITS,
+    EnvSpec,
+    HostCall,
+    InvokeResult,
+    Limits,
+    LoadInfo,
+    Module,
+    QueueBatch,
+)
+
+JS_DIR = Path(__file__).resolve().parent / "js"
+log = logging.getLogger("sumi.runtime.js")
+
+
+def node_argv(node: str = "node") -> list[str]:
+    return [
+        node,
+        "--experimental-permission", f"--allow-fs-read={JS_DIR}", "--allow-worker",
+        "--experimental-vm-modules", "--no-warnings",
+        str(JS_DIR / "host.mjs"),
+    ]
+
+
+class RuntimeUnavailable(RuntimeError):
+    pass
+
+
+class JsContext:
+    def __init__(self, runtime: JsRuntime, channel: Channel, context_id: str,
+                 host_call: HostCall | None) -> None:
+        self.id = context_id
+        self.host_call = host_call
+        self.host_tasks: set[asyncio.Task[None]] = set()
+        self.stop_reason: str | None = None
+        self._runtime = runtime
+        self._channel = channel
+
+    def on_stopped(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        for task in list(self.host_tasks):
+            task.cancel()  # its reply could no longer reach any code
+
+    async def load_info(self) -> LoadInfo:
+        reply = await self._channel.request({"op": "load_info", "contextId": self.id})
+        if reply is EXITED or reply.get("op") == "error":
+            return LoadInfo(load_error=f"context stopped: {self.stop_reason or 'stopped'}")
+        return LoadInfo.from_wire(reply)
+
+    async def invoke_queue(self, batch: QueueBatch, env: EnvSpec,
+                           host_call: HostCall | None = None) -> InvokeResult:
+        if host_call is not None:
+            self.host_call = host_call
+        if self.stop_reason is not None:
+            return InvokeResult.stopped()
+        reply = await self._channel.request({
+            "op": "invoke_queue", "contextId": self.id,
+            "batch": batch.to_wire(), "env": env.to_wire(),
+        })
+        if reply is EXITED:
+            return InvokeResult.stopped(message="runtime process exited")
+        return InvokeResult.from_wire(reply)
+
+    async def stop(self) -> None:
+        if self._channel.alive and self.id in self._channel.contexts:
+            reply = await self._channel.request({"op": "stop_context", "contextId": self.id})
+            if reply.get("op") not in ("stopped", EXITED["op"]):
+                raise RuntimeUnavailable(f"stop of context {self.id} not confirmed: {reply}")
+        # Either the runtime confirmed the worker thread exited, or the whole
+        # process is gone: in both cases no code of this context runs any more.
+        self._channel.contexts.pop(self.id, None)
+        self.on_stopped("stopped")
+
+
+class JsRuntime:
+    """The ``javascript`` runtime."""
+
+    def __init__(self, node: str | None = None) -> None:
+        self._node = node or shutil.which("node") or "node"
+        self._channel: Channel | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    async def start(self) -> None:
+        async with self._lock:
+            await self._ensure_channel()
+
+    async def _ensure_channel(self) -> Channel:
+        if self._closed:
+            raise RuntimeUnavailable("runtime is closed")
+        if self._channel is None or not self._channel.alive:
+            channel = Channel(node_argv(self._node), log, on_exit=self._on_exit, cwd=str(JS_DIR))
+            await channel.start()
+            self._channel = channel
+        return self._channel
+
+    def _on_exit(self, channel: Channel) -> None:
+        log.warning("javascript runtime process exited (code %s); restarting",
+                    channel.proc.returncode if channel.proc else None)
+        if not self._closed:
+            asyncio.get_running_loop().create_task(self.start())
+
+    async def start_context(self, modules: Sequence[Module], main_module: str,
+                            limits: Limits = DEFAULT_LIMITS,
+                            host_call: HostCall | None = None) -> JsContext:
+        async with self._lock:
+            channel = await self._ensure_channel()
+        ctx = JsContext(self, channel, uuid.uuid4().hex, host_call)
+        channel.contexts[ctx.id] = ctx
+        reply: dict[str, Any] = await channel.request({
+            "op": "start_context", "contextId": ctx.id, "mainModule": main_module,
+            "modules": [{"name": m.name, "content": m.content} for m in modules],
+            "limits": limits.to_wire(),
+        })
+        if reply is EXITED or reply.get("op") == "error":
+            channel.contexts.pop(ctx.id, None)
+            raise RuntimeUnavailable(f"context did not start: {reply}")
+        return ctx
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._channel is not None:
+            await self._channel.close()
+
+    @property
+    def pid(self) -> int | None:
+        channel = self._channel
+        return channel.proc.pid if channel is not None and channel.proc is not None else None

@@ -1,0 +1,168 @@
+"""Child process of the ``python`` runtime: one execution context.
+
+Python worker code is TRUSTED code. This process is not a sandbox: the code
+can read files, open sockets and spawn processes with the Host's user rights.
+What the process boundary does give is the ABI's other guarantees: a fresh
+interpreter per context (no state survives between contexts, WF-32), CPU and
+memory limits, and a physical stop (SIGKILL) the Host can confirm (WF-26, WF-46).
+
+Run as ``python -m sumi.runtime._pychild``; frames on stdin/stdout as in
+``_frames``. The first frame is ``start_context``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import resource
+import signal
+import sys
+from typing import Any
+
+from . import _frames
+from ._pyabi import EXIT_HEAP_LIMIT, PACKAGE, Abi
+
+
+class Limits:
+    """CPU: ITIMER_PROF, whose SIGPROF kills the process by default action even
+    inside C code; RLIMIT_CPU (whole seconds) backstops it, including CPU burnt
+    by background tasks between invocations. Memory: RLIMIT_AS, so allocation
+    beyond the budget raises MemoryError, which ends the process."""
+
+    def __init__(self, cpu_ms: int, heap_mb: int) -> None:
+        self.cpu_s = max(cpu_ms, 1) / 1000
+        signal.signal(signal.SIGPROF, signal.SIG_DFL)
+        signal.signal(signal.SIGXCPU, signal.SIG_DFL)
+        resource.setrlimit(resource.RLIMIT_AS, (_address_space() + heap_mb * 1024 * 1024,) * 2)
+
+    def arm(self) -> None:
+        signal.setitimer(signal.ITIMER_PROF, self.cpu_s)
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        spent = int(used.ru_utime + used.ru_stime)
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        resource.setrlimit(resource.RLIMIT_CPU, (spent + int(self.cpu_s) + 2, hard))
+
+    def disarm(self) -> None:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+
+
+def _address_space() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class Child:
+    def __init__(self, out_fd: int) -> None:
+        self._out = out_fd
+        self.context_id = ""
+        self.abi = Abi(self)
+        self.main: Any = None
+        self.load_error: str | None = None
+        self.limits: Limits | None = None
+
+    def send(self, frame: dict[str, Any]) -> None:
+        data = _frames.encode(frame)
+        while data:
+            data = data[os.write(self._out, data):]
+
+    def log(self, level: str, text: str) -> None:
+        self.send({"op": "log", "contextId": self.context_id, "level": level, "text": text})
+
+    def start(self, frame: dict[str, Any]) -> None:
+        self.context_id = str(frame["contextId"])
+        limits = frame.get("limits") or {}
+        self.limits = Limits(int(limits.get("cpuMs") or 30000), int(limits.get("heapMb") or 128))
+        sys.path.insert(0, str(frame["root"]))
+        main = str(frame["mainModule"]).removesuffix(".py").replace("/", ".")
+        self.limits.arm()
+        try:
+            self.main = importlib.import_module(f"{PACKAGE}.{main}")
+        except MemoryError:
+            raise
+        except BaseException as e:  # a broken Version is data, not a crash
+            self.load_error = f"{type(e).__name__}: {e}"
+        finally:
+            self.limits.disarm()
+        self.send({"op": "started", "reqId": frame["reqId"], "loadError": self.load_error})
+
+    def load_info(self, frame: dict[str, Any]) -> None:
+        reply: dict[str, Any] = {"op": "load_info_result", "reqId": frame["reqId"]}
+        if self.load_error is not None:
+            reply["loadError"] = self.load_error
+        else:
+            reply.update(self.abi.describe(self.main))
+        self.send(reply)
+
+    async def invoke_queue(self, frame: dict[str, Any]) -> None:
+        assert self.limits is not None
+        self.limits.arm()
+        try:
+            result = await self.abi.invoke_queue(self.main, self.load_error, frame["batch"],
+                                                 frame["env"])
+        finally:
+            self.limits.disarm()
+        self.send({"op": "invoke_result", "reqId": frame["reqId"], "contextId": self.context_id,
+                   **result})
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=_frames.MAX_FRAME)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+        tasks: set[asyncio.Task[None]] = set()
+        while (frame := await _frames.read_frame(reader)) is not None:
+            op = frame.get("op")
+            if op == "start_context":
+                self.start(frame)
+            elif op == "load_info":
+                self.load_info(frame)
+            elif op == "invoke_queue":
+                task = asyncio.create_task(self.invoke_queue(frame))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            elif op == "host_reply":
+                self.abi.deliver_reply(frame)
+
+
+class _LogStream:
+    """sys.stdout/sys.stderr of worker code: lines become log frames."""
+
+    def __init__(self, child: Child, level: str) -> None:
+        self._child, self._level, self._buf = child, level, ""
+
+    def write(self, text: str) -> int:
+        self._buf += text
+        *lines, self._buf = self._buf.split("\n")
+        for line in lines:
+            self._child.log(self._level, line)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._buf:
+            self._child.log(self._level, self._buf)
+            self._buf = ""
+
+
+def main() -> None:
+    # fd 1 is the frame channel; nothing else may write there, so worker
+    # output (print, C extensions writing to fd 1) goes to stderr instead.
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.dont_write_bytecode = True
+    child = Child(out_fd)
+    sys.stdout = _LogStream(child, "info")  # type: ignore[assignment]
+    try:
+        asyncio.run(child.serve())
+    except MemoryError:
+        os._exit(EXIT_HEAP_LIMIT)
+    except (json.JSONDecodeError, ValueError) as e:
+        print(f"runtime protocol error: {e}", file=sys.stderr)
+        os._exit(2)
+
+
+if __name__ == "__main__":
+    main()

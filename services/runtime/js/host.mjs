@@ -1,0 +1,198 @@
+// The JavaScript runtime process. Python starts it as
+//   node --experimental-permission --allow-fs-read=<this dir> --allow-worker
+//        --experimental-vm-modules --no-warnings host.mjs
+// and talks to it over stdin/stdout in frames: 4-byte big-endian length +
+// UTF-8 JSON. stdout carries nothing else.
+//
+// Permission model (Node 20): no fs writes, fs reads only of this directory,
+// no child processes, no native addons. --allow-worker is needed because each
+// execution context is a worker thread; workers inherit the same permission
+// set, and worker code never sees `Worker` anyway (see sandbox.js). Node 20's
+// permission model has no network switch: network is kept out by the clean
+// vm global, which offers no socket API.
+import { Worker } from 'node:worker_threads';
+import { createFrameReader, writeFrame } from './frames.mjs';
+
+const WORKER_URL = new URL('./context_worker.mjs', import.meta.url);
+const DEFAULT_LIMITS = { cpuMs: 30000, heapMb: 128, wallMs: null };
+const contexts = new Map();
+
+const send = (msg) => writeFrame(process.stdout, msg);
+
+class Context {
+  constructor(id, modules, mainModule, limits) {
+    this.id = id;
+    this.limits = { ...DEFAULT_LIMITS, ...(limits || {}) };
+    this.ready = null;            // promise of load info
+    this.invocations = new Map(); // invocationId -> reqId
+    this.stopReason = null;       // set once termination is decided; gates all output
+    this.stopWaiters = [];
+    this.exited = false;
+    this.nextInvocation = 1;
+    this.budgetStart = null;
+    this.wallStart = null;
+
+    this.worker = new Worker(WORKER_URL, {
+      workerData: { contextId: id, modules, mainModule },
+      resourceLimits: { maxOldGenerationSizeMb: this.limits.heapMb },
+      stdout: true, stderr: true, // worker code cannot reach process.stdout, but keep our frame channel safe regardless
+    });
+    this.worker.stdout.resume();
+    this.worker.stderr.resume();
+    this.ready = new Promise((resolve) => { this.resolveReady = resolve; });
+    this.startBudget();
+    this.worker.on('message', (m) => this.onMessage(m));
+    this.worker.on('error', (e) => {
+      this.decideStop(e && e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? 'heap_limit' : 'threw', e);
+    });
+    this.worker.on('exit', () => this.onExit());
+  }
+
+  // CPU is measured as the worker's event-loop active time (busy, not idle
+  // waiting for host replies or timers), read from this thread while the
+  // worker may be spinning. It is wall time spent running, so it
+  // over-approximates CPU when the OS deschedules the thread.
+  busyMs() {
+    return this.exited ? 0 : this.worker.performance.eventLoopUtilization().active;
+  }
+  startBudget() {
+    this.budgetStart = this.busyMs();
+    this.wallStart = Date.now();
+  }
+  checkBudget() {
+    if (this.stopReason) return;
+    if (this.busyMs() - this.budgetStart > this.limits.cpuMs) this.decideStop('cpu_limit');
+    else if (this.limits.wallMs && Date.now() - this.wallStart > this.limits.wallMs) this.decideStop('wall_limit');
+  }
+
+  onMessage(m) {
+    if (this.stopReason) return; // nothing from a stopping context reaches Python (WF-46)
+    switch (m.type) {
+      case 'loaded': {
+        const { type, ...info } = m;
+        this.resolveReady(info);
+        break;
+      }
+      case 'log':
+        send({ op: 'log', contextId: this.id, level: m.level, text: m.text });
+        break;
+      case 'host_call':
+        send({ op: 'host_call', contextId: this.id, callId: m.callId, method: m.method, args: m.args });
+        break;
+      case 'invoke_result': {
+        const reqId = this.invocations.get(m.invocationId);
+        this.invocations.delete(m.invocationId);
+        const { type, invocationId, ...result } = m;
+        if (reqId !== undefined) send({ op: 'invoke_result', reqId, contextId: this.id, ...result });
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  invoke(reqId, batch, env) {
+    if (this.stopReason) {
+      send({ op: 'invoke_result', reqId, contextId: this.id, ...stoppedResult(this.stopReason) });
+      return;
+    }
+    const invocationId = this.nextInvocation++;
+    this.invocations.set(invocationId, reqId);
+    this.startBudget();
+    this.worker.postMessage({ type: 'invoke_queue', invocationId, batch, env });
+  }
+
+  decideStop(reason, error) {
+    if (this.stopReason) return;
+    this.stopReason = reason;
+    this.stopError = error;
+    this.resolveReady({ loadError: `context stopped: ${reason}` });
+    if (!this.exited) this.worker.terminate();
+  }
+
+  onExit() {
+    this.exited = true;
+    if (!this.stopReason) this.stopReason = 'stopped';
+    this.resolveReady({ loadError: `context stopped: ${this.stopReason}` });
+    for (const reqId of this.invocations.values()) {
+      send({ op: 'invoke_result', reqId, contextId: this.id, ...stoppedResult(this.stopReason, this.stopError) });
+    }
+    this.invocations.clear();
+    contexts.delete(this.id);
+    send({ op: 'context_stopped', contextId: this.id, reason: this.stopReason });
+    for (const w of this.stopWaiters) w();
+  }
+
+  stop() {
+    return new Promise((resolve) => {
+      if (this.exited) return resolve();
+      this.stopWaiters.push(resolve);
+      this.decideStop('stopped');
+    });
+  }
+}
+
+function stoppedResult(reason, error) {
+  const messages = {
+    cpu_limit: 'context exceeded its CPU time limit and was stopped',
+    wall_limit: 'context exceeded its wall-clock limit and was stopped',
+    heap_limit: 'context exceeded its memory limit and was stopped',
+    stopped: 'context was stopped',
+  };
+  const message = messages[reason] || `context crashed: ${error && error.message}`;
+  return { ok: false, reason: messages[reason] ? reason : 'threw', error: { name: 'Error', message, hostError: false } };
+}
+
+setInterval(() => { for (const c of contexts.values()) c.checkBudget(); }, 10).unref();
+
+const ops = {
+  async start_context(f) {
+    if (contexts.has(f.contextId)) throw Object.assign(new Error(`context ${f.contextId} exists`), { name: 'invalid_request' });
+    const c = new Context(f.contextId, f.modules, f.mainModule, f.limits);
+    contexts.set(f.contextId, c);
+    const info = await c.ready;
+    return { op: 'started', loadError: info.loadError ?? null };
+  },
+  async load_info(f) {
+    const info = await getContext(f.contextId).ready;
+    return info.loadError ? { op: 'load_info_result', loadError: info.loadError }
+      : { op: 'load_info_result', handlers: info.handlers, workflowClasses: info.workflowClasses };
+  },
+  async invoke_queue(f) {
+    const c = contexts.get(f.contextId);
+    if (!c) return { op: 'invoke_result', ...stoppedResult('stopped') };
+    await c.ready;
+    c.invoke(f.reqId, f.batch, f.env);
+    return null; // answered by the context
+  },
+  async host_reply(f) {
+    const c = contexts.get(f.contextId);
+    if (c && !c.stopReason) c.worker.postMessage({ type: 'host_reply', callId: f.callId, ok: f.ok, value: f.value, error: f.error });
+    return null;
+  },
+  async stop_context(f) {
+    const c = contexts.get(f.contextId);
+    if (c) await c.stop();
+    return { op: 'stopped', contextId: f.contextId };
+  },
+};
+
+function getContext(id) {
+  const c = contexts.get(id);
+  if (!c) throw Object.assign(new Error(`no context ${id}`), { name: 'unknown_context' });
+  return c;
+}
+
+async function dispatch(frame) {
+  const handler = ops[frame.op];
+  try {
+    if (!handler) throw Object.assign(new Error(`unknown op ${frame.op}`), { name: 'invalid_request' });
+    const reply = await handler(frame);
+    if (reply) send({ ...reply, reqId: frame.reqId, contextId: frame.contextId });
+  } catch (e) {
+    send({ op: 'error', reqId: frame.reqId, contextId: frame.contextId, error: { name: e.name, message: e.message } });
+  }
+}
+
+process.stdin.on('data', createFrameReader(dispatch));
+process.stdin.on('end', () => process.exit(0));
