@@ -13,4 +13,8 @@ def runners(settings: Settings) -> list[ProjectionRunner]:
     ]
 
 
+async def serve(settings: Settings) -> None:
+    await run_all(runners(settings))
+
+
 __all__ = ["ProjectionRunner", "drop", "migrate", "run_all", "runners"]

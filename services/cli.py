@@ -17,7 +17,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start Kafka, Postgres and every service; Ctrl-C stops them all")
     serve = sub.add_parser("serve", help="run one service in the foreground")
-    serve.add_argument("service", choices=["control", "projections", "gateway"])
+    serve.add_argument("service", choices=list(SERVICE_ENTRIES))
+    deploy = sub.add_parser("deploy", help="upload a directory of modules as a new WorkerVersion "
+                                           "and move the worker's Deployment to it")
+    deploy.add_argument("directory")
+    deploy.add_argument("--worker", required=True)
+    deploy.add_argument("--space", required=True)
+    deploy.add_argument("--url", default=os.environ.get("SUMI_URL", "http://127.0.0.1:8080"))
+    deploy.add_argument("--token", default=os.environ.get("SUMI_TOKEN"))
+    deploy.add_argument("--main", default=None, help="the main module (default: worker.js / worker.py)")
     replay = sub.add_parser("replay", help="rebuild the read models from the topics into a fresh "
                                            "schema and compare them with the live one")
     replay.add_argument("--timeout", type=float, default=120.0)
@@ -28,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         return _up()
     if args.command == "serve":
         return _serve(args.service)
+    if args.command == "deploy":
+        from sumi.deploy import deploy as run_deploy
+
+        return run_deploy(args)
     if args.command == "replay":
         from sumi.audit import replay_and_compare
 
@@ -39,7 +51,19 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+# Each service is `async def serve(settings)` in its module; the gateway is uvicorn's.
+SERVICE_ENTRIES = {
+    "control": "sumi.control._processor",
+    "projections": "sumi.projections",
+    "gateway": "sumi.gateway",
+    "verifier": "sumi.runtime.verifier",
+    "queue": "sumi.queue.engine",
+}
+
+
 def _serve(service: str) -> int:
+    import importlib
+
     settings = Settings.from_env()
     if service == "gateway":
         import uvicorn
@@ -53,14 +77,7 @@ def _serve(service: str) -> int:
 
     async def run() -> None:
         await prepare(settings)
-        if service == "control":
-            from sumi.control._processor import control_runner
-
-            await control_runner(settings).run()
-        else:
-            from sumi.projections import run_all, runners
-
-            await run_all(runners(settings))
+        await importlib.import_module(SERVICE_ENTRIES[service]).serve(settings)
 
     asyncio.run(run())
     return 0

@@ -15,15 +15,28 @@ import httpx
 
 from sumi.core.config import Settings
 
-SERVICES = ("control", "projections", "gateway")
+def available_services() -> tuple[str, ...]:
+    """Every service whose module this installation has (later issues add more)."""
+    import importlib.util
+
+    from sumi.cli import SERVICE_ENTRIES
+
+    found = []
+    for name, module in SERVICE_ENTRIES.items():
+        try:
+            if importlib.util.find_spec(module) is not None:
+                found.append(name)
+        except ModuleNotFoundError:
+            pass
+    return tuple(found)
 
 
 class Supervisor:
     def __init__(self, settings: Settings, env: dict[str, str] | None = None,
-                 services: tuple[str, ...] = SERVICES, restart: bool = True) -> None:
+                 services: tuple[str, ...] | None = None, restart: bool = True) -> None:
         self.settings = settings
         self.env = {**os.environ, **settings.to_env(), **(env or {})}
-        self.services = services
+        self.services = services or available_services()
         self.restart = restart
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._stopping = False

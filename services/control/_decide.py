@@ -207,16 +207,68 @@ def _resource_delete(state: ControlState, cmd: r.CommandSubmitted, args: dict[st
 
 
 def _operation_apply(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
-    """Carry an accepted Operation out. The Forms of this step take effect in the log itself."""
+    """Carry an accepted Operation out.
+
+    Forms whose effect is the log itself finish here. A Form with an effect
+    outside the control log (a Version to verify, a Consumer to attach or
+    detach) says "await": the Operation stays running until the service that
+    owns the effect reports it with `operation.report`."""
+    space = state.space(cmd.space)
+    op = space.operations.get(args["operationId"])
+    if op is None or op.state != "pending":
+        return Decision()  # already carried out before a restart: nothing twice
+    running = r.OperationStateChanged(op.id, space.name, "running", "none", now)
+    resource = space.resources.get(op.resource_uid)
+    if resource is not None and FORMS[resource.form].completion(op.kind, space, resource) == "await":
+        return Decision([running])
+    return Decision([running, *_finish(space, op, now, succeeded=True)])
+
+
+def _finish(space: SpaceState, op: Any, now: int, *, succeeded: bool,
+            error: dict[str, Any] | None = None) -> list[Any]:
+    if not succeeded:
+        events: list[Any] = []
+        if op.kind == "create":  # a failed create leaves no Resource behind; its name is free
+            events.append(r.ResourceDeleted(op.resource_uid, space.name, op.id, now))
+        elif op.resource_uid in space.resources:
+            events.append(r.ResourceStateChanged(op.resource_uid, space.name, "active", now))
+        return events + [r.OperationStateChanged(op.id, space.name, "failed", "none", now,
+                                                 canonical(error) if error else None)]
+    done = r.OperationStateChanged(op.id, space.name, "succeeded", "complete", now)
+    if op.kind == "delete":
+        return [r.ResourceDeleted(op.resource_uid, space.name, op.id, now), done]
+    return [r.ResourceStateChanged(op.resource_uid, space.name, "active", now), done]
+
+
+def _operation_report(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+    """An owning service reports the outcome of an awaited Operation (and what it observed).
+
+    `outcome` is succeeded | failed | reconciling; a report for an Operation that has
+    already ended changes nothing, so a service may repeat a report after a crash."""
     space = state.space(cmd.space)
     op = space.operations.get(args["operationId"])
     if op is None or op.state in ("succeeded", "failed"):
-        return Decision()  # already carried out before a restart: nothing twice
-    done = r.OperationStateChanged(op.id, space.name, "succeeded", "complete", now)
-    running = r.OperationStateChanged(op.id, space.name, "running", "none", now)
-    if op.kind == "delete":
-        return Decision([running, r.ResourceDeleted(op.resource_uid, space.name, op.id, now), done])
-    return Decision([running, r.ResourceStateChanged(op.resource_uid, space.name, "active", now), done])
+        return Decision()
+    events: list[Any] = []
+    if "observed" in args and op.resource_uid in space.resources:
+        events.append(r.ResourceObserved(op.resource_uid, space.name, canonical(args["observed"]), now))
+    outcome = args["outcome"]
+    if outcome == "reconciling":
+        events.append(r.OperationStateChanged(op.id, space.name, "reconciling",
+                                              args.get("effect", "unknown"), now,
+                                              canonical(args["error"]) if args.get("error") else None))
+        return Decision(events)
+    return Decision(events + _finish(space, op, now, succeeded=outcome == "succeeded",
+                                     error=args.get("error")))
+
+
+def _resource_observe(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+    """The Host's last confirmed observation of a Resource (QC-35, WF-9)."""
+    space = state.space(cmd.space)
+    resource = space.resources.get(args["uid"])
+    if resource is None or dict(resource.observed) == args["observed"]:
+        return Decision()
+    return Decision([r.ResourceObserved(resource.uid, space.name, canonical(args["observed"]), now)])
 
 
 _HANDLERS: dict[str, Callable[[ControlState, r.CommandSubmitted, dict[str, Any], int], Decision]] = {
@@ -224,4 +276,5 @@ _HANDLERS: dict[str, Callable[[ControlState, r.CommandSubmitted, dict[str, Any],
     "token.create": _token_create, "token.revoke": _token_revoke,
     "resource.create": _resource_create, "resource.update": _resource_update,
     "resource.delete": _resource_delete, "operation.apply": _operation_apply,
+    "operation.report": _operation_report, "resource.observe": _resource_observe,
 }

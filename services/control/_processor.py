@@ -39,3 +39,7 @@ def control_runner(settings: Settings) -> TransactionalRunner:
     logic = ControlLogic(settings)
     return TransactionalRunner(settings, "control", settings.topic("commands"),
                                settings.topic("control"), logic)
+
+
+async def serve(settings: Settings) -> None:
+    await control_runner(settings).run()

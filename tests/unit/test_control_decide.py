@@ -154,3 +154,35 @@ def test_grant_to_missing_space_rejected() -> None:
     p = problem(run(s, cmd("token.create", {"principal": "bob", "admin": False, "tokenHash": "h",
                                             "grants": [{"space": "nope", "role": "editor"}]}, space="")))
     assert p["code"] == "invalid_request"
+
+
+def test_awaited_operation_ends_by_report() -> None:
+    # QC-47, QC-48: an Operation with an outside effect stays running until its owner reports.
+    from sumi.control.forms import FORMS
+
+    s = with_space()
+    form = FORMS[QUEUE]
+    form.completion = lambda kind, registry, resource: "await"  # type: ignore[method-assign]
+    try:
+        events = create_queue(s)
+    finally:
+        del form.completion
+    op_id = reply(events).operationId
+    assert s.space("demo").operations[op_id].state == "running"
+    assert s.space("demo").by_ref("q").state == "creating"  # type: ignore[union-attr]
+    rec = run(s, cmd("operation.report", {"operationId": op_id, "outcome": "reconciling",
+                                          "effect": "unknown"}, cid="r0"))
+    assert rec[-1].state == "reconciling" and rec[-1].effect == "unknown"
+    failed = run(s, cmd("operation.report", {"operationId": op_id, "outcome": "failed",
+                                             "error": {"code": "invalid_spec"}}, cid="r1"))
+    assert [type(e) for e in failed] == [r.ResourceDeleted, r.OperationStateChanged]
+    assert s.space("demo").by_ref("q") is None  # a failed create frees the name
+    assert run(s, cmd("operation.report", {"operationId": op_id, "outcome": "succeeded"}, cid="r2")) == []
+
+
+def test_observe_records_only_changes() -> None:
+    s = with_space()
+    create_queue(s)
+    first = run(s, cmd("resource.observe", {"uid": "res_c2", "observed": {"ready": 1}}, cid="o1"))
+    assert len(first) == 1
+    assert run(s, cmd("resource.observe", {"uid": "res_c2", "observed": {"ready": 1}}, cid="o2")) == []

@@ -57,6 +57,10 @@ class Form(Protocol):
     def check_delete(self, registry: Registry, resource: ResourceView) -> Problem | None:
         """Dependents that block a delete."""
 
+    def completion(self, kind: str, registry: Registry, resource: ResourceView) -> str:
+        """"now" when an accepted create/update/delete takes effect in the control log itself;
+        "await" when a service owning an outside effect must report it (operation.report)."""
+
 
 class BaseForm:
     """Defaults for Forms that have no references and no dependents of their own."""
@@ -75,6 +79,9 @@ class BaseForm:
 
     def check_delete(self, registry: Registry, resource: ResourceView) -> Problem | None:
         return None
+
+    def completion(self, kind: str, registry: Registry, resource: ResourceView) -> str:
+        return "now"
 
 
 # ---- shape helpers -------------------------------------------------------------------------
