@@ -30,7 +30,8 @@ class ProjectionRunner:
         self.topic = topic
         self.apply = apply
 
-    async def run(self) -> None:
+    async def run(self, until: dict[int, int] | None = None) -> None:
+        """Project forever, or (for the audit) exactly up to `until`'s next offsets."""
         conn = await psycopg.AsyncConnection.connect(
             self.settings.database_url, autocommit=True,
             options=f"-c search_path={self.settings.db_schema}")
@@ -47,13 +48,25 @@ class ProjectionRunner:
                     consumer.seek(tp, stored[tp.partition])
                 else:
                     await consumer.seek_to_beginning(tp)
-            while True:
+            while until is None or not await self._reached(consumer, tps, until):
                 batch = await consumer.getmany(timeout_ms=200, max_records=1000)
+                if until is not None:
+                    batch = {tp: [m for m in ms if m.offset < until.get(tp.partition, 0)]
+                             for tp, ms in batch.items()}
+                    batch = {tp: ms for tp, ms in batch.items() if ms}
                 if batch:
                     await self._apply_batch(conn, batch)
         finally:
             await consumer.stop()
             await conn.close()
+
+    @staticmethod
+    async def _reached(consumer: AIOKafkaConsumer, tps: list[TopicPartition],
+                       until: dict[int, int]) -> bool:
+        for tp in tps:
+            if await consumer.position(tp) < until.get(tp.partition, 0):
+                return False
+        return True
 
     async def _partitions(self, consumer: AIOKafkaConsumer) -> list[int]:
         for _ in range(100):  # metadata of a just-created topic can take a moment

@@ -55,6 +55,8 @@ class TransactionalRunner:
         self.transactional_id = f"{settings.topic_prefix}-{name}-{instance}"
         self.ready = asyncio.Event()
         self.failed: BaseException | None = None
+        self.rebuilding = False
+        self.epoch = 0
 
     async def run(self) -> None:
         producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap,
@@ -62,16 +64,27 @@ class TransactionalRunner:
                                     linger_ms=1)
         consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap,
                                     group_id=self.group, isolation_level="read_committed",
+                                    # Static membership: a restarted instance takes its partitions
+                                    # back at once instead of after the dead one's session expires.
+                                    group_instance_id=self.transactional_id,
+                                    session_timeout_ms=10000, heartbeat_interval_ms=2000,
                                     enable_auto_commit=False, auto_offset_reset="earliest")
         await producer.start()
         await consumer.start()
         try:
             consumer.subscribe([self.input_topic], listener=_Rebuild(self))
             while True:
+                epoch = self.epoch
                 batch = await consumer.getmany(timeout_ms=500, max_records=500)
                 if self.failed is not None:
                     raise RuntimeError("rebuilding state failed") from self.failed
-                if batch:
+                # aiokafka may hand out records fetched while the listener was still folding;
+                # deciding them would use no state. Give them back: fetch them again.
+                if batch and (epoch != self.epoch or self.rebuilding):
+                    for tp, messages in batch.items():
+                        if tp in consumer.assignment():
+                            consumer.seek(tp, messages[0].offset)
+                elif batch:
                     await self._process(producer, batch)
         finally:
             await consumer.stop()
@@ -126,11 +139,17 @@ class _Rebuild(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         # A fresh fold for every assignment: state of partitions lost meanwhile must not linger.
-        self.runner.logic.reset()
+        runner = self.runner
+        runner.rebuilding = True
+        runner.epoch += 1
+        runner.logic.reset()
         try:
-            await self.runner.rebuild(tp.partition for tp in assigned)
+            await runner.rebuild(tp.partition for tp in assigned)
         except BaseException as exc:
             # aiokafka only logs a listener's failure; deciding on a partial fold must not happen.
-            self.runner.failed = exc
+            runner.failed = exc
             raise
-        self.runner.ready.set()
+        finally:
+            runner.epoch += 1
+            runner.rebuilding = False
+        runner.ready.set()
