@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     deploy.add_argument("--url", default=os.environ.get("SUMI_URL", "http://127.0.0.1:8080"))
     deploy.add_argument("--token", default=os.environ.get("SUMI_TOKEN"))
     deploy.add_argument("--main", default=None, help="the main module (default: worker.js / worker.py)")
+    sub.add_parser("bootstrap", help="create topics and read models and issue the admin token "
+                                      "(what `up` does first; for compose and clusters)")
     replay = sub.add_parser("replay", help="rebuild the read models from the topics into a fresh "
                                            "schema and compare them with the live one")
     replay.add_argument("--timeout", type=float, default=120.0)
@@ -36,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         return _up()
     if args.command == "serve":
         return _serve(args.service)
+    if args.command == "bootstrap":
+        return _bootstrap_only()
     if args.command == "deploy":
         from sumi.deploy import deploy as run_deploy
 
@@ -80,6 +84,19 @@ def _serve(service: str) -> int:
         await importlib.import_module(SERVICE_ENTRIES[service]).serve(settings)
 
     asyncio.run(run())
+    return 0
+
+
+def _bootstrap_only() -> int:
+    from sumi._bootstrap import admin_token, issue_admin_token, prepare
+
+    settings = Settings.from_env()
+    asyncio.run(prepare(settings))
+    state = Path(settings.state_dir)
+    token, new = admin_token(settings, os.environ.get("SUMI_ADMIN_TOKEN"),
+                             Path(os.environ.get("SUMI_ADMIN_TOKEN_FILE", state / "admin-token")))
+    asyncio.run(issue_admin_token(settings, token, timeout=120))
+    print(f"sumi: admin token {token}" if new else "sumi: admin token issued")
     return 0
 
 
