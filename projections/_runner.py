@@ -9,6 +9,7 @@ No consumer group: the projection assigns itself every partition.
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ class ProjectionRunner:
         self.name = name
         self.topic = topic
         self.apply = apply
+        self._marked = 0.0
 
     async def run(self, until: dict[int, int] | None = None) -> None:
         """Project forever, or (for the audit) exactly up to `until`'s next offsets."""
@@ -56,9 +58,21 @@ class ProjectionRunner:
                     batch = {tp: ms for tp, ms in batch.items() if ms}
                 if batch:
                     await self._apply_batch(conn, batch)
+                elif until is None:
+                    await self._mark_caught_up(conn)
         finally:
             await consumer.stop()
             await conn.close()
+
+    async def _mark_caught_up(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        # An empty poll means nothing committed is left to apply; /readyz reads this mark.
+        now = time.monotonic()
+        if now - self._marked < 1.0:
+            return
+        self._marked = now
+        await conn.execute(
+            "INSERT INTO projection_status (projection, caught_up_at) VALUES (%s, now()) "
+            "ON CONFLICT (projection) DO UPDATE SET caught_up_at = now()", (self.name,))
 
     @staticmethod
     async def _reached(consumer: AIOKafkaConsumer, tps: list[TopicPartition],

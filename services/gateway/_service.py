@@ -22,9 +22,12 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     db = backend(request)
     try:
-        # The projections' table answering means Postgres is up and migrated.
-        await asyncio.wait_for(db.fetchone("SELECT 1 AS one FROM projection_offsets LIMIT 1"),
-                               READY_TIMEOUT)
+        # Postgres up and migrated, and every projection at the end of its topic within 5 s.
+        row = await asyncio.wait_for(db.fetchone(
+            "SELECT count(*) AS n, count(*) FILTER (WHERE caught_up_at < now() - interval '5 seconds') "
+            "AS stale FROM projection_status"), READY_TIMEOUT)
+        if not row or row["n"] == 0 or row["stale"]:
+            raise RuntimeError("projections are not caught up")
         await asyncio.wait_for(db.producer.client.fetch_all_metadata(), READY_TIMEOUT)
     except Exception as exc:  # readiness answers, whatever broke; it never raises
         return problem_response(Problem("backend_unavailable", f"not ready: {exc!r}"),

