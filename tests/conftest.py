@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from sumi.core.config import Settings
-from sumi.infra import KafkaBroker, PostgresServer, free_port
+from hostkit import Host, new_settings, start_host
+from sumi.infra import KafkaBroker, PostgresServer
 
 
 def _docker_reachable() -> bool:
@@ -54,42 +54,6 @@ def database_url() -> Iterator[str]:
     else:
         with PostgresServer() as pg:
             yield pg.url
-
-
-def new_settings(kafka_bootstrap: str, database_url: str, **overrides: object) -> Settings:
-    """Settings for a Host of its own: fresh topics, fresh schema, a free port."""
-    tag = uuid.uuid4().hex[:8]
-    values: dict[str, object] = dict(
-        kafka_bootstrap=kafka_bootstrap, database_url=database_url, topic_prefix=f"t{tag}",
-        db_schema=f"s{tag}", partitions=3, http_port=free_port(), decision_timeout=10.0)
-    values.update(overrides)
-    return Settings(**values)  # type: ignore[arg-type]
-
-
-@dataclass
-class Host:
-    url: str
-    admin_token: str
-    settings: Settings
-    supervisor: object
-
-
-def start_host(settings: Settings) -> Host:
-    import asyncio
-
-    from sumi._bootstrap import issue_admin_token, prepare
-    from sumi.supervisor import Supervisor
-
-    token = "sumi_test_" + uuid.uuid4().hex
-    asyncio.run(prepare(settings))
-    sup = Supervisor(settings).start()
-    try:
-        asyncio.run(issue_admin_token(settings, token))
-        sup.wait_ready()
-    except BaseException:
-        sup.stop()
-        raise
-    return Host(sup.url, token, settings, sup)
 
 
 @pytest.fixture(scope="session")

@@ -8,12 +8,15 @@ runs and a crash between the two steps is resumed from the log (QC-48).
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sumi.control._state import ControlState, SpaceState
+from sumi.control._state import ControlState, SpaceState, evolve
 from sumi.control.forms import FORMS
 from sumi.control.forms._base import NAME_RE
+from sumi.control.forms.names import MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
+from sumi.control.forms.worker_deployment import active_deployment
+from sumi.control.forms.worker_version import worker_of
 from sumi.core import ids
 from sumi.core import records as r
 from sumi.core.problems import FieldError, Problem
@@ -34,9 +37,12 @@ def decide(state: ControlState, cmd: r.CommandSubmitted, now: int) -> Decision:
     if handler is None:
         return _reject(cmd, now, Problem("invalid_request", f"unknown command kind {cmd.kind}"))
     try:
-        return handler(state, cmd, json.loads(cmd.payload), now)
+        decision = handler(state, cmd, json.loads(cmd.payload), now)
     except Problem as problem:
         return _reject(cmd, now, problem)
+    if cmd.kind.startswith(("resource.", "operation.")) and cmd.space in state.spaces:
+        decision.events = _observe_workers(state.space(cmd.space), decision.events, now)
+    return decision
 
 
 def _decided(cmd: r.CommandSubmitted, now: int, status: int, *, operation_id: str | None = None,
@@ -157,9 +163,12 @@ def _resource_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[st
     if problem:
         raise problem
     uid = ids.resource_uid(cmd.commandId)
-    return _start(cmd, "create", uid, 1, now, [
-        r.ResourceCreated(uid, space.name, name, form_url, canonical(spec), 1,
-                          ids.operation_id(cmd.commandId), now)])
+    events: list[Any] = [r.ResourceCreated(uid, space.name, name, form_url, canonical(spec), 1,
+                                           ids.operation_id(cmd.commandId), now)]
+    observed = FORMS[form_url].initial_observed(spec)
+    if observed is not None:  # e.g. a WorkerVersion is {"verified": false} while it verifies
+        events.append(r.ResourceObserved(uid, space.name, canonical(observed), now))
+    return _start(cmd, "create", uid, 1, now, events)
 
 
 def _target(space: SpaceState, args: dict[str, Any]) -> Any:
@@ -219,9 +228,21 @@ def _operation_apply(state: ControlState, cmd: r.CommandSubmitted, args: dict[st
         return Decision()  # already carried out before a restart: nothing twice
     running = r.OperationStateChanged(op.id, space.name, "running", "none", now)
     resource = space.resources.get(op.resource_uid)
-    if resource is not None and FORMS[resource.form].completion(op.kind, space, resource) == "await":
-        return Decision([running])
+    form = FORMS[resource.form] if resource is not None else None
+    if resource is not None and form is not None \
+            and form.completion(op.kind, space, resource) == "await":
+        # An Operation that waits on other Resources may already be decidable (settle).
+        outcome = form.settle(op.kind, space, resource)
+        if outcome == "wait":
+            return Decision([running])
+        return Decision([running, *_settled(space, op, outcome, now)])
     return Decision([running, *_finish(space, op, now, succeeded=True)])
+
+
+def _settled(space: SpaceState, op: Any, outcome: "str | Problem", now: int) -> list[Any]:
+    if isinstance(outcome, Problem):
+        return _finish(space, op, now, succeeded=False, error=outcome.to_json())
+    return _finish(space, op, now, succeeded=True)
 
 
 def _finish(space: SpaceState, op: Any, now: int, *, succeeded: bool,
@@ -231,6 +252,13 @@ def _finish(space: SpaceState, op: Any, now: int, *, succeeded: bool,
         if op.kind == "create":  # a failed create leaves no Resource behind; its name is free
             events.append(r.ResourceDeleted(op.resource_uid, space.name, op.id, now))
         elif op.resource_uid in space.resources:
+            if op.kind == "update" and op.previous_spec is not None:
+                # A failed update leaves the previous spec in force (effect "none"). The
+                # generation stays the one the accepted PUT was given: generations count
+                # accepted PUTs, and the log shows the spec going back.
+                events.append(r.ResourceUpdated(op.resource_uid, space.name,
+                                                canonical(op.previous_spec), op.generation,
+                                                op.id, now))
             events.append(r.ResourceStateChanged(op.resource_uid, space.name, "active", now))
         return events + [r.OperationStateChanged(op.id, space.name, "failed", "none", now,
                                                  canonical(error) if error else None)]
@@ -258,8 +286,79 @@ def _operation_report(state: ControlState, cmd: r.CommandSubmitted, args: dict[s
                                               args.get("effect", "unknown"), now,
                                               canonical(args["error"]) if args.get("error") else None))
         return Decision(events)
-    return Decision(events + _finish(space, op, now, succeeded=outcome == "succeeded",
-                                     error=args.get("error")))
+    events += _finish(space, op, now, succeeded=outcome == "succeeded", error=args.get("error"))
+    return Decision(events + _settle_waiting(space, events, op.id, now))
+
+
+def _after(space: SpaceState, events: list[Any], operations: bool = True) -> SpaceState:
+    """The Space as it will be once `events` are folded (a scratch copy; state is untouched).
+    Without `operations` only the Resources are carried (cheaper)."""
+    ops = {k: replace(v) for k, v in space.operations.items()
+           if v.state not in ("succeeded", "failed")} if operations else {}
+    copy = SpaceState(space.name, space.exists, dict(space.resources), ops)
+    scratch = ControlState({space.name: copy})
+    for event in events:
+        evolve(scratch, event)
+    return scratch.space(space.name)
+
+
+def _settle_waiting(space: SpaceState, events: list[Any], ended: str, now: int) -> list[Any]:
+    """An awaited Operation ended: every running Operation that waits on other Resources
+    (a Deployment weighting a Version that was verifying) and can now be decided ends in
+    this same decision (WF-4, WF-6)."""
+    after = _after(space, events)
+    out: list[Any] = []
+    for op in list(after.operations.values()):
+        if op.id == ended or op.state != "running":
+            continue
+        resource = after.resources.get(op.resource_uid)
+        if resource is None:
+            continue
+        outcome = FORMS[resource.form].settle(op.kind, after, resource)
+        if outcome != "wait":
+            out += _settled(after, op, outcome, now)
+    return out
+
+
+def _observe_workers(space: SpaceState, events: list[Any], now: int) -> list[Any]:
+    """ModuleWorker observed `{"activeDeployment": {"resourceUid"} | null, "versions": n}`,
+    recorded whenever a decision changes a worker, its Versions or its Deployment."""
+    worker_forms = (MODULE_WORKER, WORKER_VERSION, WORKER_DEPLOYMENT)
+    created = {e.uid: e.form for e in events if isinstance(e, r.ResourceCreated)}
+
+    def form_of(uid: str) -> str | None:
+        return created.get(uid) or getattr(space.resources.get(uid), "form", None)
+
+    touched = {e.uid for e in events
+               if isinstance(e, _RESOURCE_EVENTS) and form_of(e.uid) in worker_forms}
+    if not touched:
+        return events
+    after = _after(space, events, operations=False)
+    workers: set[str] = set()
+    for uid in touched:
+        resource = after.resources.get(uid) or space.resources.get(uid)
+        if resource is None:
+            continue
+        if resource.form == MODULE_WORKER:
+            workers.add(uid)
+        elif resource.form in (WORKER_VERSION, WORKER_DEPLOYMENT) and worker_of(resource.spec):
+            workers.add(str(worker_of(resource.spec)))
+    observations = []
+    for uid in sorted(workers):
+        worker = after.resources.get(uid)
+        if worker is None or worker.form != MODULE_WORKER:
+            continue
+        active = active_deployment(after, uid)
+        observed = {"activeDeployment": {"resourceUid": active.uid} if active else None,
+                    "versions": sum(1 for v in after.resources.values()
+                                    if v.form == WORKER_VERSION and worker_of(v.spec) == uid)}
+        if dict(worker.observed) != observed:
+            observations.append(r.ResourceObserved(uid, space.name, canonical(observed), now))
+    if not observations:
+        return events
+    # Right after the last Resource record: before the Operation is seen to end (read your writes).
+    last = max(i for i, e in enumerate(events) if isinstance(e, _RESOURCE_EVENTS))
+    return events[:last + 1] + observations + events[last + 1:]
 
 
 def _resource_observe(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
@@ -270,6 +369,9 @@ def _resource_observe(state: ControlState, cmd: r.CommandSubmitted, args: dict[s
         return Decision()
     return Decision([r.ResourceObserved(resource.uid, space.name, canonical(args["observed"]), now)])
 
+
+_RESOURCE_EVENTS = (r.ResourceCreated, r.ResourceUpdated, r.ResourceStateChanged,
+                    r.ResourceObserved, r.ResourceDeleted)
 
 _HANDLERS: dict[str, Callable[[ControlState, r.CommandSubmitted, dict[str, Any], int], Decision]] = {
     "space.create": _space_create, "space.delete": _space_delete,

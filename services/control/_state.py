@@ -18,6 +18,8 @@ class OperationView:
     generation: int
     principal: str
     state: str = "pending"
+    # An update remembers the spec it replaced, so that a failed update can put it back.
+    previous_spec: dict[str, Any] | None = None
 
 
 @dataclass
@@ -82,6 +84,9 @@ def _resource_created(s: ControlState, rec: r.ResourceCreated) -> None:
 def _resource_updated(s: ControlState, rec: r.ResourceUpdated) -> None:
     sp = s.space(rec.space)
     old = sp.resources[rec.uid]
+    op = sp.operations.get(rec.operationId)
+    if op is not None and op.previous_spec is None:
+        op.previous_spec = dict(old.spec)
     sp.resources[rec.uid] = replace(old, spec=json.loads(rec.spec), generation=rec.generation)
 
 
@@ -109,6 +114,8 @@ def _operation_state(s: ControlState, rec: r.OperationStateChanged) -> None:
     op = s.space(rec.space).operations.get(rec.id)
     if op is not None:
         op.state = rec.state
+        if rec.state in TERMINAL:
+            op.previous_spec = None
 
 
 def _command_decided(s: ControlState, rec: r.CommandDecided) -> None:

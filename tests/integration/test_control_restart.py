@@ -9,7 +9,7 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from conftest import Host, new_settings, start_host
+from hostkit import Host, new_settings, start_host
 from sumi.core import codec
 from sumi.core import records as r
 

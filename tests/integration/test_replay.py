@@ -10,7 +10,7 @@ import httpx
 import psycopg
 import pytest
 
-from conftest import Host, new_settings, start_host
+from hostkit import Host, new_settings, start_host
 from sumi.audit import replay_and_compare
 from sumi.projections import drop, migrate
 

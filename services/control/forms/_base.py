@@ -61,6 +61,14 @@ class Form(Protocol):
         """"now" when an accepted create/update/delete takes effect in the control log itself;
         "await" when a service owning an outside effect must report it (operation.report)."""
 
+    def initial_observed(self, spec: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The observed a Resource shows from its create on (None: nothing observed yet)."""
+
+    def settle(self, kind: str, registry: Registry, resource: ResourceView) -> "str | Problem":
+        """For an awaited Operation that waits on other Resources rather than on a service:
+        "wait", "succeeded", or the Problem it fails with. Asked whenever an awaited
+        Operation of the Space ends (operation.report)."""
+
 
 class BaseForm:
     """Defaults for Forms that have no references and no dependents of their own."""
@@ -82,6 +90,12 @@ class BaseForm:
 
     def completion(self, kind: str, registry: Registry, resource: ResourceView) -> str:
         return "now"
+
+    def initial_observed(self, spec: Mapping[str, Any]) -> dict[str, Any] | None:
+        return None
+
+    def settle(self, kind: str, registry: Registry, resource: ResourceView) -> "str | Problem":
+        return "wait"
 
 
 # ---- shape helpers -------------------------------------------------------------------------

@@ -1,0 +1,3 @@
+export function greeting(word, name) {
+  return `${word ?? "hello"}, ${name}!`;
+}

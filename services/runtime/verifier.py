@@ -1,0 +1,246 @@
+"""The verifier: loads every new WorkerVersion once in a sandbox and reports what it exports.
+
+It reads the control log (consumer group `<prefix>-verifier`, read_committed).
+For each `ResourceCreated` of a WorkerVersion it starts a context in the
+worker's runtime, asks `load_info()`, stops the context, and sends
+`operation.report` for the Version's create Operation to the commands topic
+(keyed and partitioned by the Space, like every command). Offsets are committed
+only after the report is durably sent: at-least-once, which is harmless because
+a report for an Operation that has already ended changes nothing.
+
+The worker's runtime and declared handlers come from the ModuleWorker records of
+the same log (same Space, same partition, earlier). So that a restart knows
+every worker, each assigned partition is read from its beginning; Versions
+before the committed offset are only folded, never verified again.
+"""
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+
+from sumi.control.forms.names import MODULE_WORKER, WORKER_VERSION
+from sumi.core import codec
+from sumi.core import records as r
+from sumi.core.config import Settings
+from sumi.core.problems import FieldError, Problem
+from sumi.core.topics import partition_for
+from sumi.runtime import JsRuntime, Limits, Module, PyRuntime
+from sumi.runtime.types import LoadInfo
+
+log = logging.getLogger("sumi.runtime.verifier")
+PRINCIPAL = "sumi-verifier"
+VERIFY_LIMITS = Limits(cpu_ms=10_000, heap_mb=128)
+VERIFY_TIMEOUT = 30.0  # seconds for start + load_info, whatever the module does at top level
+
+
+@dataclass
+class Worker:
+    runtime: str
+    handlers: tuple[str, ...]
+
+
+class Verifier:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.workers: dict[str, Worker] = {}
+        self.act_from: dict[TopicPartition, int] = {}
+        self._runtimes: dict[str, Any] = {}
+
+    # ---- the fold -----------------------------------------------------------------------
+
+    def fold(self, record: Any) -> None:
+        if isinstance(record, r.ResourceCreated) and record.form == MODULE_WORKER:
+            spec = json.loads(record.spec)
+            self.workers[record.uid] = Worker(
+                spec.get("runtime", "javascript"), tuple(spec.get("handlers", ()))
+            )
+        elif isinstance(record, r.ResourceUpdated) and record.uid in self.workers:
+            spec = json.loads(record.spec)
+            self.workers[record.uid] = Worker(
+                spec.get("runtime", "javascript"), tuple(spec.get("handlers", ()))
+            )
+        elif isinstance(record, r.ResourceDeleted):
+            self.workers.pop(record.uid, None)
+
+    # ---- verification -------------------------------------------------------------------
+
+    def runtime(self, name: str) -> Any:
+        """One runtime per kind for this service, started on first use."""
+        if name not in self._runtimes:
+            self._runtimes[name] = PyRuntime() if name == "python" else JsRuntime()
+        return self._runtimes[name]
+
+    async def load(self, runtime: str, modules: list[Module], main: str) -> LoadInfo:
+        async def attempt() -> LoadInfo:
+            ctx = await self.runtime(runtime).start_context(modules, main, VERIFY_LIMITS)
+            try:
+                return await ctx.load_info()  # type: ignore[no-any-return]
+            finally:
+                await ctx.stop()
+
+        last: Exception | None = None
+        for tries in (1, 2):
+            try:
+                return await asyncio.wait_for(attempt(), VERIFY_TIMEOUT)
+            except TimeoutError:
+                return LoadInfo(
+                    load_error=f"loading the main module took longer than {VERIFY_TIMEOUT:.0f}s"
+                )
+            except ValueError as exc:  # the Python runtime refuses a module layout
+                return LoadInfo(load_error=str(exc))
+            except Exception as exc:  # the runtime process itself failed: once more, fresh
+                log.warning("verification attempt %d failed: %r", tries, exc)
+                old = self._runtimes.pop(runtime, None)
+                if old is not None:
+                    try:
+                        await old.close()
+                    except Exception:
+                        pass
+                last = exc
+        return LoadInfo(load_error=f"the {runtime} runtime is unavailable: {last}")
+
+    async def verify(self, record: r.ResourceCreated) -> dict[str, Any]:
+        """The operation.report payload for one Version's create Operation."""
+        spec = json.loads(record.spec)
+        worker = self.workers.get(spec["worker"]["resourceUid"])
+        report: dict[str, Any] = {"operationId": record.operationId}
+        if worker is None:
+            problem = Problem(
+                "dependency_conflict", f"worker {spec['worker']['resourceUid']}: not found"
+            )
+            return {
+                **report,
+                "outcome": "failed",
+                "observed": {"verified": False},
+                "error": problem.to_json(),
+            }
+        modules = [Module(m["name"], m["content"]) for m in spec["modules"]]
+        info = await self.load(worker.runtime, modules, spec["mainModule"])
+        if info.load_error is not None:
+            problem = Problem(
+                "invalid_spec",
+                f"the main module {spec['mainModule']} does not load: {info.load_error}",
+                [FieldError("/spec/modules", info.load_error)],
+            )
+            return {
+                **report,
+                "outcome": "failed",
+                "error": problem.to_json(),
+                "observed": {"verified": True, "loadError": info.load_error},
+            }
+        observed = {
+            "verified": True,
+            "handlers": list(info.handlers),
+            "workflowClasses": list(info.workflow_classes),
+        }
+        missing = [h for h in worker.handlers if h not in info.handlers]
+        if missing:  # QC-16: the worker declares it, so every Version must provide it
+            problem = Problem(
+                "invalid_spec",
+                f"the main module {spec['mainModule']} does not provide the "
+                f"{missing[0]!r} handler its worker declares",
+                [FieldError("/spec/mainModule", f"lacks the {missing[0]!r} handler")],
+            )
+            return {**report, "outcome": "failed", "observed": observed, "error": problem.to_json()}
+        return {**report, "outcome": "succeeded", "observed": observed}
+
+    def command(self, space: str, payload: dict[str, Any], now: int) -> r.CommandSubmitted:
+        return r.CommandSubmitted(
+            commandId=f"{payload['operationId']}.verified",
+            kind="operation.report",
+            space=space,
+            principal=PRINCIPAL,
+            admin=True,
+            payload=json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
+            submittedAt=now,
+        )
+
+    async def close(self) -> None:
+        for rt in self._runtimes.values():
+            try:
+                await rt.close()
+            except Exception:
+                pass
+        self._runtimes.clear()
+
+    # ---- the loop -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        import time
+
+        settings = self.settings
+        group = f"{settings.topic_prefix}-verifier"
+        producer = AIOKafkaProducer(
+            bootstrap_servers=settings.kafka_bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=1,
+        )
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=settings.kafka_bootstrap,
+            group_id=group,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await producer.start()
+        await consumer.start()
+        try:
+            consumer.subscribe([settings.topic("control")], listener=_FromBeginning(self, consumer))
+            while True:
+                batch = await consumer.getmany(timeout_ms=500, max_records=500)
+                for tp, messages in batch.items():
+                    for message in messages:
+                        record = codec.decode(message.value)
+                        self.fold(record)
+                        if not (
+                            isinstance(record, r.ResourceCreated) and record.form == WORKER_VERSION
+                        ):
+                            continue
+                        if message.offset < self.act_from.get(tp, 0):
+                            continue  # verified and reported before a restart
+                        payload = await self.verify(record)
+                        cmd = self.command(record.space, payload, int(time.time() * 1000))
+                        await producer.send_and_wait(
+                            settings.topic("commands"),
+                            codec.encode(cmd),
+                            key=record.space.encode(),
+                            partition=partition_for(record.space, settings.partitions),
+                        )
+                        await consumer.commit({tp: message.offset + 1})
+                        self.act_from[tp] = message.offset + 1
+                        log.info(
+                            "verified %s (%s): %s", record.uid, record.name, payload["outcome"]
+                        )
+        finally:
+            await consumer.stop()
+            await producer.stop()
+            await self.close()
+
+
+class _FromBeginning(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Fold each assigned partition from its start; act only from the committed offset on."""
+
+    def __init__(self, verifier: Verifier, consumer: AIOKafkaConsumer) -> None:
+        self.verifier = verifier
+        self.consumer = consumer
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        pass
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.verifier.workers.clear()
+        self.verifier.act_from.clear()
+        tps = list(assigned)
+        for tp in tps:
+            self.verifier.act_from[tp] = await self.consumer.committed(tp) or 0
+        if tps:
+            await self.consumer.seek_to_beginning(*tps)
+
+
+async def serve(settings: Settings) -> None:
+    await Verifier(settings).run()

@@ -1,0 +1,42 @@
+"""A Host of the test's own: its services as child processes on fresh topics and schema."""
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+
+from sumi.core.config import Settings
+from sumi.infra import free_port
+
+
+def new_settings(kafka_bootstrap: str, database_url: str, **overrides: object) -> Settings:
+    """Settings for a Host of its own: fresh topics, fresh schema, a free port."""
+    tag = uuid.uuid4().hex[:8]
+    values: dict[str, object] = dict(
+        kafka_bootstrap=kafka_bootstrap, database_url=database_url, topic_prefix=f"t{tag}",
+        db_schema=f"s{tag}", partitions=3, http_port=free_port(), decision_timeout=10.0)
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@dataclass
+class Host:
+    url: str
+    admin_token: str
+    settings: Settings
+    supervisor: object
+
+
+def start_host(settings: Settings) -> Host:
+    from sumi._bootstrap import issue_admin_token, prepare
+    from sumi.supervisor import Supervisor
+
+    token = "sumi_test_" + uuid.uuid4().hex
+    asyncio.run(prepare(settings))
+    sup = Supervisor(settings).start()
+    try:
+        asyncio.run(issue_admin_token(settings, token))
+        sup.wait_ready()
+    except BaseException:
+        sup.stop()
+        raise
+    return Host(sup.url, token, settings, sup)
