@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 
 from sumi.core import codec
 from sumi.core.config import Settings
-from sumi.core.topics import partition_for
+from sumi.core.topics import MAX_RECORD_BYTES, partition_for
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class TransactionalRunner:
     async def run(self) -> None:
         producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap,
                                     transactional_id=self.transactional_id, enable_idempotence=True,
-                                    linger_ms=1)
+                                    linger_ms=1, max_request_size=MAX_RECORD_BYTES)
         consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap,
                                     group_id=self.group, isolation_level="read_committed",
                                     # Static membership: a restarted instance takes its partitions

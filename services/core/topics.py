@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from sumi.core.config import Settings
 
 ADMIN_KEY = "_admin"
+# A WorkerVersion's modules may total 10 MiB (forms.md); its create command and its
+# ResourceCreated carry them, so the control topics and producers take 16 MiB records.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -20,9 +23,11 @@ class TopicSpec:
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
     forever = {"cleanup.policy": "delete", "retention.ms": "-1"}
+    large = {"max.message.bytes": str(MAX_RECORD_BYTES)}
     return [
-        TopicSpec(settings.topic("commands"), {"cleanup.policy": "delete", "retention.ms": str(7 * 86400_000)}),
-        TopicSpec(settings.topic("control"), forever),
+        TopicSpec(settings.topic("commands"),
+                  {"cleanup.policy": "delete", "retention.ms": str(7 * 86400_000), **large}),
+        TopicSpec(settings.topic("control"), {**forever, **large}),
         TopicSpec(settings.topic("queue"), forever),
     ]
 

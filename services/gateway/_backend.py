@@ -16,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 
 from sumi.core.config import Settings
-from sumi.core.topics import partition_for
+from sumi.core.topics import MAX_RECORD_BYTES, partition_for
 
 log = logging.getLogger("sumi.gateway")
 
@@ -83,7 +83,8 @@ async def _start_producer(settings: Settings, wait: float) -> AIOKafkaProducer:
     deadline = asyncio.get_running_loop().time() + wait
     while True:
         producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap,
-                                    acks="all", enable_idempotence=True)
+                                    acks="all", enable_idempotence=True,
+                                    max_request_size=MAX_RECORD_BYTES)
         try:
             await producer.start()
             return producer

@@ -326,3 +326,15 @@ async def test_a_pending_update_whose_version_fails_keeps_the_previous_allocatio
     after = (await api.get(d["uid"])).json()
     assert after["state"] == "active" and after["spec"] == deployment(w, (v1, 100))
     assert after["generation"] == 2
+
+
+async def test_a_version_near_the_size_limit_travels_the_log(client: httpx.AsyncClient, space: Any) -> None:
+    # forms.md: total module size up to 10 MiB; the records that carry it must fit Kafka too.
+    api = Api(client, space)
+    w = await api.worker("big")
+    filler = "// " + "x" * (9 * 1024 * 1024) + "\n"
+    op = await api.version("big-v1", w, {"worker.js": filler + GOOD_JS.replace('import { twice } from "./lib/twice.mjs";', "const twice = (x) => 2 * x;")})
+    assert op["state"] == "succeeded", op
+    got = (await api.get(op["resourceUid"])).json()
+    assert got["observed"]["verified"] is True and got["observed"]["handlers"] == ["queue"]
+    assert len(got["spec"]["modules"][0]["content"]) > 9 * 1024 * 1024
