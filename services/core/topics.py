@@ -41,6 +41,7 @@ def partition_for(key: str, partitions: int) -> int:
 
 async def ensure_topics(settings: Settings) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
     from aiokafka.errors import TopicAlreadyExistsError
 
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
@@ -56,5 +57,9 @@ async def ensure_topics(settings: Settings) -> None:
                 await admin.create_topics(missing)
             except TopicAlreadyExistsError:
                 pass  # another process won the race: same topics, same settings
+        present = [t for t in topic_specs(settings) if t.name in existing]
+        if present:  # an older install's topics get today's settings (AlterConfigs sets them whole)
+            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, t.name, t.config)
+                                       for t in present])
     finally:
         await admin.close()
