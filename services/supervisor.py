@@ -15,6 +15,7 @@ import httpx
 
 from sumi.core.config import Settings
 
+
 def available_services() -> tuple[str, ...]:
     """Every service whose module this installation has (later issues add more)."""
     import importlib.util

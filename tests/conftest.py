@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-
 from hostkit import Host, new_settings, start_host
+
 from sumi.infra import KafkaBroker, PostgresServer
 
 

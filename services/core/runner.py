@@ -92,7 +92,7 @@ class TransactionalRunner:
 
     async def _process(self, producer: AIOKafkaProducer, batch: dict[TopicPartition, list[Any]]) -> None:
         async with producer.transaction():
-            for tp, messages in batch.items():
+            for messages in batch.values():
                 for message in messages:
                     for out in self.logic.handle(codec.decode(message.value), int(time.time() * 1000)):
                         await producer.send(out.topic, codec.encode(out.record), key=out.key.encode(),

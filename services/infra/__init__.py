@@ -4,7 +4,7 @@ Used by `sumi up` and by the test fixtures on machines without a Docker engine.
 """
 
 from sumi.infra._kafka import KafkaBroker
-from sumi.infra._postgres import PostgresServer
 from sumi.infra._ports import free_port
+from sumi.infra._postgres import PostgresServer
 
 __all__ = ["KafkaBroker", "PostgresServer", "free_port"]

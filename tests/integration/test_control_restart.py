@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
-
 from hostkit import Host, new_settings, start_host
+
 from sumi.core import codec
 from sumi.core import records as r
 

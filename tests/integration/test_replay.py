@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-
 from hostkit import Host, new_settings, start_host
+
 from sumi.audit import replay_and_compare
 from sumi.projections import drop, migrate
 

@@ -333,7 +333,8 @@ async def test_a_version_near_the_size_limit_travels_the_log(client: httpx.Async
     api = Api(client, space)
     w = await api.worker("big")
     filler = "// " + "x" * (9 * 1024 * 1024) + "\n"
-    op = await api.version("big-v1", w, {"worker.js": filler + GOOD_JS.replace('import { twice } from "./lib/twice.mjs";', "const twice = (x) => 2 * x;")})
+    source = GOOD_JS.replace('import { twice } from "./lib/twice.mjs";', "const twice = (x) => 2 * x;")
+    op = await api.version("big-v1", w, {"worker.js": filler + source})
     assert op["state"] == "succeeded", op
     got = (await api.get(op["resourceUid"])).json()
     assert got["observed"]["verified"] is True and got["observed"]["handlers"] == ["queue"]

@@ -4,7 +4,12 @@ from sumi.control.forms._base import Form, Registry, ResourceView
 from sumi.control.forms.durable_workflow import DurableWorkflow
 from sumi.control.forms.module_worker import ModuleWorker
 from sumi.control.forms.names import (
-    DURABLE_WORKFLOW, MODULE_WORKER, QUEUE, QUEUE_CONSUMER, WORKER_DEPLOYMENT, WORKER_VERSION,
+    DURABLE_WORKFLOW,
+    MODULE_WORKER,
+    QUEUE,
+    QUEUE_CONSUMER,
+    WORKER_DEPLOYMENT,
+    WORKER_VERSION,
 )
 from sumi.control.forms.queue import AtLeastOnceQueue
 from sumi.control.forms.queue_consumer import QueueConsumer

@@ -4,7 +4,11 @@ from typing import Any
 
 from sumi.control.forms._base import BaseForm, Registry, ResourceView, closed_object, referencing
 from sumi.control.forms.names import (
-    DURABLE_WORKFLOW, MODULE_WORKER, QUEUE_CONSUMER, WORKER_DEPLOYMENT, WORKER_VERSION,
+    DURABLE_WORKFLOW,
+    MODULE_WORKER,
+    QUEUE_CONSUMER,
+    WORKER_DEPLOYMENT,
+    WORKER_VERSION,
 )
 from sumi.core.problems import FieldError, Problem
 

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from runtime_testkit import ENV, Host, batch, js, js_queue
+
 from sumi.runtime import JsRuntime, Limits
 
 SMALL = Limits(cpu_ms=500, heap_mb=32)

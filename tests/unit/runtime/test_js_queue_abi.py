@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from runtime_testkit import ENV, Host, batch, js, js_queue
+
 from sumi.runtime import JsRuntime, Limits
 
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from runtime_testkit import ENV, Host, batch, py, py_queue
+
 from sumi.runtime import HostError, Limits, PyRuntime
 from sumi.runtime.types import DEFAULT_LIMITS
 
