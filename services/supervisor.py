@@ -41,6 +41,7 @@ class Supervisor:
         self.restart = restart
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._stopping = False
+        self.held: set[str] = set()
         self._watcher: threading.Thread | None = None
 
     @property
@@ -64,10 +65,18 @@ class Supervisor:
         proc.send_signal(sig)
         proc.wait()
 
+    def hold(self, name: str) -> None:
+        """Stop a service and keep it down until `release` (an outage, for tests and operators)."""
+        self.held.add(name)
+        self.kill(name, signal.SIGTERM)
+
+    def release(self, name: str) -> None:
+        self.held.discard(name)
+
     def _watch(self) -> None:
         while not self._stopping:
             for name, proc in list(self.procs.items()):
-                if proc.poll() is not None and not self._stopping:
+                if proc.poll() is not None and not self._stopping and name not in self.held:
                     print(f"sumi: {name} exited ({proc.returncode}); restarting", file=sys.stderr)
                     time.sleep(0.5)
                     self.start_service(name)

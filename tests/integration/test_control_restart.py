@@ -88,3 +88,30 @@ async def test_sigkill_while_operations_are_in_flight(own_host: Host) -> None:
     started = Counter(rec.resourceUid for rec in log
                       if isinstance(rec, r.OperationStarted) and rec.space == space)
     assert all(count == 1 for count in started.values()) and len(started) == len(names)
+
+
+async def test_no_decision_in_time_is_503_and_the_retry_gets_the_same_operation(own_host: Host) -> None:
+    # Rule 4 / host-api §6: a decision that does not come in time is 503 backend_unavailable,
+    # "nothing is known to have happened"; the retry with the same key is the same Operation (QC-46).
+    admin = {"Authorization": f"Bearer {own_host.admin_token}"}
+    space = "outage-" + uuid.uuid4().hex[:6]
+    sup = own_host.supervisor
+    async with httpx.AsyncClient(base_url=own_host.url, headers=admin, timeout=30) as client:
+        assert (await client.post("/v2/spaces", json={"name": space})).status_code == 201
+        await asyncio.to_thread(sup.hold, "control")  # type: ignore[attr-defined]
+        try:
+            lost = await _create(client, space, "q", "the-key")
+            assert lost.status_code == 503
+            assert lost.headers["content-type"].startswith("application/problem+json")
+            assert lost.json()["code"] == "backend_unavailable"
+        finally:
+            sup.release("control")  # type: ignore[attr-defined]
+        for _ in range(20):
+            again = await _create(client, space, "q", "the-key")
+            if again.status_code == 202:
+                break
+        assert again.status_code == 202, again.text
+        done = (await client.get(f"/v2/operations/{again.json()['id']}", params={"wait": 30})).json()
+        assert done["state"] == "succeeded"
+        listed = (await client.get(f"/v2/spaces/{space}/resources")).json()["items"]
+        assert [item["name"] for item in listed] == ["q"]
