@@ -1,4 +1,9 @@
-"""Read models of the queue log: each message's state, and cumulative counters."""
+"""Read models of the queue log: each message's state, and cumulative counters.
+
+Each record applies at most once per message: a row remembers the offset of the
+last record applied to it (all records of a message share its queue's
+partition), and counters move only with the rows a record actually changed.
+"""
 
 from typing import Any
 
@@ -9,13 +14,62 @@ from sumi.projections.control import ts
 
 Cursor = psycopg.AsyncCursor[Any]
 
+# record type -> (new state, counter column or None); constant SQL, never built from input
+_SETTLED = {
+    r.MessagesAcknowledged: ("acknowledged", "acknowledged"),
+    r.MessageDeadLettered: ("deadlettered", "dead_lettered"),
+    r.MessageDiscarded: ("discarded", "discarded"),
+}
+
 
 async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
     if isinstance(rec, r.MessageAccepted):
         # A re-sent append (same deterministic message ID) is the same message: keep the first.
         await cur.execute(
-            "INSERT INTO queue_messages (message_id, queue_uid, space, body, size, accepted_at, visible_at, "
-            "log_partition, log_offset, principal, idempotency_key) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (message_id) DO NOTHING",
+            "INSERT INTO queue_messages (message_id, queue_uid, space, body, size, accepted_at, "
+            "visible_at, log_partition, log_offset, principal, idempotency_key, last_offset) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (message_id) DO NOTHING",
             (rec.messageId, rec.queueUid, rec.space, rec.body, len(rec.body), ts(rec.acceptedAt),
-             ts(rec.visibleAt), partition, offset, rec.principal, rec.idempotencyKey))
+             ts(rec.visibleAt), partition, offset, rec.principal, rec.idempotencyKey, offset))
+    elif isinstance(rec, r.BatchDelivered):
+        await cur.execute(
+            "UPDATE queue_messages AS m SET state = 'inflight', attempts = u.attempt, "
+            "batch_id = %s, last_offset = %s "
+            "FROM unnest(%s::text[], %s::int[]) AS u(id, attempt) "
+            "WHERE m.message_id = u.id AND m.last_offset < %s",
+            (rec.batchId, offset, list(rec.messageIds), list(rec.attempts), offset))
+    elif isinstance(rec, r.MessageRetryScheduled):
+        await _count(cur, rec.queueUid, "retried", await _changed(
+            cur, "UPDATE queue_messages SET state = 'pending', visible_at = %s, attempts = %s, "
+                 "batch_id = NULL, last_offset = %s WHERE message_id = %s AND last_offset < %s",
+            (ts(rec.visibleAt), rec.attempt, offset, rec.messageId, offset)))
+    elif type(rec) in _SETTLED:
+        state, counter = _SETTLED[type(rec)]
+        ids = list(rec.messageIds) if isinstance(rec, r.MessagesAcknowledged) else [rec.messageId]
+        await _count(cur, rec.queueUid, counter, await _changed(
+            cur, "UPDATE queue_messages SET state = %s, batch_id = NULL, last_offset = %s "
+                 "WHERE message_id = ANY(%s) AND last_offset < %s",
+            (state, offset, ids, offset)))
+    elif isinstance(rec, r.QueuePurged):
+        # Deleting a queue deletes its messages (they are its data).
+        await cur.execute("DELETE FROM queue_messages WHERE queue_uid = %s", (rec.queueUid,))
+        await cur.execute("DELETE FROM queue_counters WHERE queue_uid = %s", (rec.queueUid,))
+
+
+async def _changed(cur: Cursor, sql: str, params: tuple[Any, ...]) -> int:
+    await cur.execute(sql, params)  # type: ignore[arg-type]
+    return cur.rowcount
+
+
+_COUNTER_SQL = {
+    column: (f"INSERT INTO queue_counters (queue_uid, {column}) VALUES (%s, %s) "
+             f"ON CONFLICT (queue_uid) DO UPDATE SET {column} = queue_counters.{column} + "
+             f"EXCLUDED.{column}")
+    for column in ("acknowledged", "retried", "dead_lettered", "discarded")
+}
+
+
+async def _count(cur: Cursor, queue_uid: str, column: str, n: int) -> None:
+    if n > 0:
+        await cur.execute(_COUNTER_SQL[column], (queue_uid, n))  # type: ignore[arg-type]

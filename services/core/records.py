@@ -144,10 +144,89 @@ class MessageAccepted:
     idempotencyKey: str | None = None
 
 
+def _tuples(record: object, *names: str) -> None:
+    # Avro arrays decode as lists; the records hold tuples so they stay hashable and comparable.
+    for name in names:
+        object.__setattr__(record, name, tuple(getattr(record, name)))
+
+
+@dataclass(frozen=True)
+class BatchDelivered:
+    queueUid: str
+    consumerUid: str
+    batchId: str
+    messageIds: tuple[str, ...]
+    attempts: tuple[int, ...]
+    versionUid: str
+    at: int
+
+    def __post_init__(self) -> None:
+        _tuples(self, "messageIds", "attempts")
+
+
+@dataclass(frozen=True)
+class MessagesAcknowledged:
+    queueUid: str
+    batchId: str
+    messageIds: tuple[str, ...]
+    cause: str
+    at: int
+
+    def __post_init__(self) -> None:
+        _tuples(self, "messageIds")
+
+
+@dataclass(frozen=True)
+class MessageRetryScheduled:
+    queueUid: str
+    messageId: str
+    visibleAt: int
+    attempt: int
+    cause: str
+    at: int
+    batchId: str | None = None
+
+
+@dataclass(frozen=True)
+class MessageDeadLettered:
+    queueUid: str
+    messageId: str
+    deadLetterQueueUid: str
+    newMessageId: str
+    at: int
+    batchId: str | None = None
+
+
+@dataclass(frozen=True)
+class MessageDiscarded:
+    queueUid: str
+    messageId: str
+    reason: str
+    at: int
+
+
+@dataclass(frozen=True)
+class BatchEnded:
+    queueUid: str
+    consumerUid: str
+    batchId: str
+    outcome: str
+    at: int
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class QueuePurged:
+    queueUid: str
+    at: int
+
+
 Record = (
     CommandSubmitted | CommandDecided | SpaceCreated | SpaceDeleted | TokenIssued | TokensRevoked
     | ResourceCreated | ResourceUpdated | ResourceStateChanged | ResourceObserved | ResourceDeleted
     | OperationStarted | OperationStateChanged | MessageAccepted
+    | BatchDelivered | MessagesAcknowledged | MessageRetryScheduled | MessageDeadLettered
+    | MessageDiscarded | BatchEnded | QueuePurged
 )
 
 RECORD_TYPES: dict[str, type] = {
@@ -156,5 +235,7 @@ RECORD_TYPES: dict[str, type] = {
         CommandSubmitted, CommandDecided, SpaceCreated, SpaceDeleted, TokenIssued, TokensRevoked,
         ResourceCreated, ResourceUpdated, ResourceStateChanged, ResourceObserved, ResourceDeleted,
         OperationStarted, OperationStateChanged, MessageAccepted,
+        BatchDelivered, MessagesAcknowledged, MessageRetryScheduled, MessageDeadLettered,
+        MessageDiscarded, BatchEnded, QueuePurged,
     )
 }

@@ -26,6 +26,13 @@ SAMPLES = [
     r.OperationStarted("op_1", "create", "demo", "res_1", 1, "alice", 10),
     r.OperationStateChanged("op_1", "demo", "failed", "none", 11, '{"code":"invalid_spec"}'),
     r.MessageAccepted("res_1", "demo", "msg_1", b"\x00\xff", 12, 13, "alice", "key"),
+    r.BatchDelivered("res_1", "res_2", "bat_1", ("msg_1", "msg_2"), (1, 3), "res_3", 14),
+    r.MessagesAcknowledged("res_1", "bat_1", ("msg_1",), "acknowledge", 15),
+    r.MessageRetryScheduled("res_1", "msg_2", 30016, 4, "retry", 16, "bat_1"),
+    r.MessageDeadLettered("res_1", "msg_2", "res_4", "msg_9", 17, "bat_1"),
+    r.MessageDiscarded("res_1", "msg_3", "retention", 18),
+    r.BatchEnded("res_1", "res_2", "bat_1", "threw", 19, "Error: boom"),
+    r.QueuePurged("res_1", 20),
 ]
 
 

@@ -1,0 +1,61 @@
+"""Group commit: every record the engine decides goes out in one Kafka transaction.
+
+Decisions put records here (already folded into the engine's state, since the
+engine is the single writer of its queues' logs) and get a future that resolves
+once the transaction holding them has committed. Records leave in the order
+they were put, so the log's order is the order of the decisions. A failed
+transaction fails every waiter and ends the process: state is then rebuilt from
+the log, never patched up.
+"""
+
+import asyncio
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from sumi.core import codec
+from sumi.core.topics import partition_for
+
+
+class Outbox:
+    def __init__(self, producer: AIOKafkaProducer, partitions: int) -> None:
+        self.producer = producer
+        self.partitions = partitions
+        self._items: list[tuple[str, str, Any]] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._event = asyncio.Event()
+        self.failed: BaseException | None = None
+
+    def put(self, outs: list[tuple[str, str, Any]]) -> "asyncio.Future[None]":
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.failed is not None:
+            fut.set_exception(RuntimeError("the outbox failed"))
+        elif not outs:
+            fut.set_result(None)
+        else:
+            self._items += outs
+            self._waiters.append(fut)
+            self._event.set()
+        return fut
+
+    async def run(self) -> None:
+        while True:
+            await self._event.wait()
+            self._event.clear()
+            items, waiters = self._items, self._waiters
+            self._items, self._waiters = [], []
+            try:
+                async with self.producer.transaction():
+                    for topic, key, record in items:
+                        await self.producer.send(topic, codec.encode(record), key=key.encode(),
+                                                 partition=partition_for(key, self.partitions))
+            except BaseException as exc:
+                self.failed = exc
+                for fut in waiters + self._waiters:
+                    if not fut.done():
+                        fut.set_exception(RuntimeError(f"commit failed: {exc!r}"))
+                        fut.exception()  # retrieved: whoever awaits it still sees it
+                raise
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)

@@ -1,0 +1,182 @@
+"""One batch's run in the worker runtime, and the host calls its handler makes (QC-25..32).
+
+A run starts its execution context while its BatchDelivered commits, invokes
+the queue handler only after the commit, and ends the batch from the handler's
+outcome. Settlement calls are decided against the engine's state (bound to
+this batch: another batch's ID is `unknown_batch`) and resolve only once their
+record has committed.
+"""
+
+import asyncio
+import base64
+import logging
+from typing import TYPE_CHECKING, Any
+
+from sumi.core import records as r
+from sumi.queue import _decide as d
+from sumi.queue._control import LIVE, Consumer
+from sumi.runtime import EnvSpec, HostError, Module, QueueBatch, QueueMessage
+
+if TYPE_CHECKING:
+    from sumi.queue.engine import Engine
+
+log = logging.getLogger("sumi.queue")
+MAX_BODY = 127_000
+
+
+class BatchRun:
+    def __init__(self, engine: "Engine", consumer_uid: str, batch: r.BatchDelivered,
+                 queue_name: str, messages: list[tuple[str, int, bytes]],
+                 committed: "asyncio.Future[None]") -> None:
+        self.engine = engine
+        self.consumer_uid = consumer_uid
+        self.batch = batch
+        self.queue_name = queue_name
+        self.messages = messages
+        self.committed = committed
+        self.ctx: Any = None
+        self.stopping = False
+        self.task: asyncio.Task[None] | None = None
+        self.code = engine.control.code(batch.versionUid)
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        """Stop the handler physically (a delete's stop boundary, a purge, shutdown)."""
+        if self.stopping:
+            return
+        self.stopping = True
+        if self.ctx is not None:
+            asyncio.ensure_future(self._stop_ctx())
+
+    async def _stop_ctx(self) -> None:
+        try:
+            await self.ctx.stop()
+        except Exception:  # the stop is retried by ending the batch as stopped anyway
+            log.exception("stopping context of batch %s", self.batch.batchId)
+
+    def settings(self) -> Consumer:
+        c = self.engine.consumer(self.consumer_uid)
+        if c is None:  # deleted meanwhile: only end_batch's "stopped" path can follow
+            from sumi.queue.engine import _gone
+
+            return _gone(self.consumer_uid, self.batch.queueUid)
+        return c
+
+    async def _run(self) -> None:
+        outcome, error = "threw", None
+        try:
+            outcome, error = await self._invoke()
+        except Exception as exc:
+            log.warning("batch %s: %r", self.batch.batchId, exc)
+            error = repr(exc)
+        if self.stopping and outcome != "returned":
+            outcome = "stopped"
+        try:
+            now = _now()
+            await self.engine.emit(d.end_batch(self.engine.state, self.settings(),
+                                               self.batch.batchId, outcome, now, _new_id, error))
+        finally:
+            self.engine.runs.pop(self.batch.batchId, None)
+            self.engine.wake.set()
+            if self.ctx is not None and not self.stopping:
+                self.stopping = True
+                asyncio.ensure_future(self._stop_ctx())
+
+    async def _invoke(self) -> tuple[str, str | None]:
+        code = self.code
+        if code is None:
+            await self.committed
+            return "threw", "the picked Version is gone"
+        rt = await self.engine.runtime(code.runtime)
+        starting = asyncio.ensure_future(rt.start_context(
+            [Module(n, c) for n, c in code.modules], code.main_module, host_call=self.host_call))
+        try:
+            await self.committed  # QC-43: recorded before the handler starts
+        finally:
+            self.ctx = await starting
+        if self.stopping:
+            await self._stop_ctx()
+            return "stopped", None
+        batch = QueueBatch(self.batch.batchId, self.queue_name, [
+            QueueMessage(mid, ts, body, attempt)
+            for (mid, ts, body), attempt in zip(self.messages, self.batch.attempts, strict=True)])
+        env = EnvSpec(code.vars, list(code.queue_bindings))
+        result = await self.ctx.invoke_queue(batch, env, self.host_call)
+        if result.ok:
+            return "returned", None
+        return "threw", f"{result.reason}: {result.error_name}: {result.error_message}"
+
+    # ---- host calls ----------------------------------------------------------------------
+
+    async def host_call(self, context_id: str, method: str, args: dict[str, Any]) -> Any:
+        if method == "queue.send":
+            return await self._send(args)
+        handler = _SETTLE.get(method)
+        if handler is None:
+            raise HostError("unknown_method", method)
+        if args.get("batchId") != self.batch.batchId:
+            raise HostError("unknown_batch", "not this batch")
+        try:
+            records = handler(self, args)
+        except d.Rejected as rej:
+            raise HostError(rej.code, rej.message) from None
+        await self._durable(records)
+        return None
+
+    async def _durable(self, records: list[Any]) -> None:
+        try:
+            await self.engine.emit(records)
+        except Exception as exc:
+            raise HostError("backend_unavailable", "the settlement could not be committed") from exc
+
+    def _ack(self, args: dict[str, Any]) -> list[Any]:
+        return d.acknowledge(self.engine.state, args["batchId"], args.get("messageId"), _now())
+
+    def _retry(self, args: dict[str, Any]) -> list[Any]:
+        return d.retry(self.engine.state, self.settings(), args["batchId"], args.get("messageId"),
+                       args.get("delaySeconds"), _now(), _new_id)
+
+    def _ack_all(self, args: dict[str, Any]) -> list[Any]:
+        return d.acknowledge_all(self.engine.state, args["batchId"], _now())
+
+    def _retry_all(self, args: dict[str, Any]) -> list[Any]:
+        return d.retry_all(self.engine.state, self.settings(), args["batchId"],
+                           args.get("delaySeconds"), _now(), _new_id)
+
+    async def _send(self, args: dict[str, Any]) -> None:
+        """A queue binding's send: appended to the bound queue, resolved once durable."""
+        assert self.code is not None
+        target = self.code.queue_bindings.get(str(args.get("binding")))
+        queue = self.engine.control.queue(target) if target else None
+        if queue is None or queue.state not in LIVE:
+            raise HostError("backend_unavailable", "the bound queue is not available")
+        now = _now()
+        records = []
+        for m in args.get("messages") or []:
+            body = base64.b64decode(m["body"])
+            if len(body) > MAX_BODY:
+                raise HostError("message_too_large", f"a body is limited to {MAX_BODY} bytes")
+            delay = int(m.get("delaySeconds") or 0)
+            records.append(r.MessageAccepted(queue.uid, queue.space, _new_id("msg"), body, now,
+                                             now + delay * 1000, f"worker:{self.code.version_uid}"))
+        await self._durable(records)
+
+
+_SETTLE = {
+    "batch.acknowledge": BatchRun._ack, "batch.retry": BatchRun._retry,
+    "batch.acknowledgeAll": BatchRun._ack_all, "batch.retryAll": BatchRun._retry_all,
+}
+
+
+def _now() -> int:
+    from sumi.queue.engine import now_ms
+
+    return now_ms()
+
+
+def _new_id(prefix: str) -> str:
+    from sumi.queue.engine import new_id
+
+    return new_id(prefix)

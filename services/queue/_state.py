@@ -1,0 +1,199 @@
+"""The queue engine's state: the fold of the queue log (MessageAccepted + the engine's records).
+
+Pure and deterministic. Every message of a queue is pending (waiting for its
+visibleAt, or ready) or in flight in one open batch; settled messages leave
+the state (their IDs are remembered so a duplicate append is ignored). The
+due-time index (`waiting`, a heap by visibleAt) and the ready index (a heap by
+acceptance order) are derived from the records alone, so a rebuild from the
+log restores them exactly; `promote(now)` only moves due entries between them.
+"""
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+from sumi.core import records as r
+
+
+@dataclass
+class Message:
+    id: str
+    seq: int  # acceptance order within the queue's log
+    accepted_at: int
+    body: bytes
+    visible_at: int
+    deliveries: int = 0  # how many times it was handed to a handler (QC-33)
+    batch: str | None = None  # the open batch holding it, while in flight
+    epoch: int = 0  # bumps on every change; stale heap entries carry an older one
+    ready: bool = False  # its live index entry is in `ready` (else in `waiting`)
+
+
+@dataclass
+class Batch:
+    id: str
+    queue_uid: str
+    consumer_uid: str
+    message_ids: tuple[str, ...]
+    attempts: tuple[int, ...]
+    version_uid: str
+    at: int
+    settled: dict[str, str] = field(default_factory=dict)  # message id -> ack | retry
+
+    def unsettled(self) -> list[str]:
+        return [m for m in self.message_ids if m not in self.settled]
+
+
+@dataclass
+class QueueState:
+    uid: str
+    space: str = ""
+    messages: dict[str, Message] = field(default_factory=dict)  # acceptance order
+    # (visibleAt, seq, id, epoch) and (seq, id, epoch)
+    waiting: list[tuple[int, int, str, int]] = field(default_factory=list)
+    ready: list[tuple[int, str, int]] = field(default_factory=list)
+    ready_count: int = 0
+    settled_ids: set[str] = field(default_factory=set)
+    next_seq: int = 0
+    purged: bool = False
+
+    # ---- indexes -------------------------------------------------------------------------
+
+    def _index(self, m: Message) -> None:
+        m.epoch += 1
+        m.ready = False
+        heapq.heappush(self.waiting, (m.visible_at, m.seq, m.id, m.epoch))
+
+    def _unindex(self, m: Message) -> None:
+        if m.ready:
+            self.ready_count -= 1
+        m.ready = False
+        m.epoch += 1
+
+    def promote(self, now: int) -> None:
+        """Move every pending message whose visibleAt has come into the ready index."""
+        while self.waiting and self.waiting[0][0] <= now:
+            _, seq, mid, epoch = heapq.heappop(self.waiting)
+            m = self.messages.get(mid)
+            if m is not None and m.epoch == epoch and m.batch is None:
+                m.ready = True
+                self.ready_count += 1
+                heapq.heappush(self.ready, (seq, mid, epoch))
+
+    def peek_ready(self, n: int) -> list[Message]:
+        """The first n ready messages in acceptance order (promote first)."""
+        out: list[Message] = []
+        skipped: list[tuple[int, str, int]] = []
+        while self.ready and len(out) < n:
+            entry = heapq.heappop(self.ready)
+            m = self.messages.get(entry[1])
+            if m is not None and m.epoch == entry[2] and m.ready:
+                out.append(m)
+                skipped.append(entry)
+        for entry in skipped:
+            heapq.heappush(self.ready, entry)
+        return out
+
+    def next_due(self) -> int | None:
+        while self.waiting:
+            _, _, mid, epoch = self.waiting[0]
+            m = self.messages.get(mid)
+            if m is not None and m.epoch == epoch:
+                return self.waiting[0][0]
+            heapq.heappop(self.waiting)
+        return None
+
+    def oldest_pending(self) -> list[Message]:
+        """Pending messages in acceptance order (for retention)."""
+        return [m for m in self.messages.values() if m.batch is None]
+
+    def in_flight(self) -> int:
+        return sum(1 for m in self.messages.values() if m.batch is not None)
+
+    # ---- transitions ---------------------------------------------------------------------
+
+    def accept(self, rec: r.MessageAccepted) -> None:
+        if rec.messageId in self.messages or rec.messageId in self.settled_ids or self.purged:
+            return  # a re-sent append of the same message: the first one stands
+        self.space = rec.space
+        m = Message(rec.messageId, self.next_seq, rec.acceptedAt, rec.body, rec.visibleAt)
+        self.next_seq += 1
+        self.messages[m.id] = m
+        self._index(m)
+
+    def deliver(self, batch_id: str, ids: tuple[str, ...], attempts: tuple[int, ...]) -> None:
+        for mid, attempt in zip(ids, attempts, strict=True):
+            m = self.messages.get(mid)
+            if m is not None:
+                self._unindex(m)
+                m.batch = batch_id
+                m.deliveries = attempt
+
+    def reschedule(self, mid: str, visible_at: int) -> None:
+        m = self.messages.get(mid)
+        if m is not None:
+            self._unindex(m)
+            m.batch = None
+            m.visible_at = visible_at
+            self._index(m)
+
+    def remove(self, mid: str) -> None:
+        m = self.messages.pop(mid, None)
+        if m is not None:
+            self._unindex(m)
+        self.settled_ids.add(mid)
+
+
+@dataclass
+class EngineState:
+    queues: dict[str, QueueState] = field(default_factory=dict)
+    batches: dict[str, Batch] = field(default_factory=dict)  # open batches only
+
+    def queue(self, uid: str) -> QueueState:
+        q = self.queues.get(uid)
+        if q is None:
+            q = self.queues[uid] = QueueState(uid)
+        return q
+
+    def open_batches(self, consumer_uid: str) -> list[Batch]:
+        return [b for b in self.batches.values() if b.consumer_uid == consumer_uid]
+
+
+def evolve(state: EngineState, rec: Any) -> None:
+    """Fold one queue-log record into the state (in place)."""
+    if isinstance(rec, r.MessageAccepted):
+        state.queue(rec.queueUid).accept(rec)
+    elif isinstance(rec, r.BatchDelivered):
+        state.batches[rec.batchId] = Batch(rec.batchId, rec.queueUid, rec.consumerUid,
+                                           rec.messageIds, rec.attempts, rec.versionUid, rec.at)
+        state.queue(rec.queueUid).deliver(rec.batchId, rec.messageIds, rec.attempts)
+    elif isinstance(rec, r.MessagesAcknowledged):
+        q, b = state.queue(rec.queueUid), state.batches.get(rec.batchId)
+        for mid in rec.messageIds:
+            q.remove(mid)
+            if b is not None:
+                b.settled[mid] = "ack"
+    elif isinstance(rec, r.MessageRetryScheduled):
+        state.queue(rec.queueUid).reschedule(rec.messageId, rec.visibleAt)
+        _settle(state, rec.batchId, rec.messageId, "retry")
+    elif isinstance(rec, r.MessageDeadLettered):
+        state.queue(rec.queueUid).remove(rec.messageId)
+        _settle(state, rec.batchId, rec.messageId, "retry")
+    elif isinstance(rec, r.MessageDiscarded):
+        state.queue(rec.queueUid).remove(rec.messageId)
+    elif isinstance(rec, r.BatchEnded):
+        state.batches.pop(rec.batchId, None)
+    elif isinstance(rec, r.QueuePurged):
+        q = state.queue(rec.queueUid)
+        state.queues[rec.queueUid] = QueueState(rec.queueUid, q.space, purged=True)
+        for bid in [b.id for b in state.batches.values() if b.queue_uid == rec.queueUid]:
+            del state.batches[bid]
+
+
+def _settle(state: EngineState, batch_id: str | None, mid: str, how: str) -> None:
+    b = state.batches.get(batch_id) if batch_id else None
+    if b is not None:
+        b.settled[mid] = how
+
+
+ENGINE_RECORDS = (r.BatchDelivered, r.MessagesAcknowledged, r.MessageRetryScheduled,
+                  r.MessageDeadLettered, r.MessageDiscarded, r.BatchEnded, r.QueuePurged)

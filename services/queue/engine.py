@@ -1,0 +1,303 @@
+"""The queue engine: delivers every Consumer's queue to its worker, at least once (QC-21..45).
+
+Plumbing around the pure core (`_state`, `_decide`, `_batching`):
+- The queue log (topic `queue`, keyed by queue UID) is the engine's input and its
+  changelog at once. On start it folds every partition from the beginning up to
+  the end offsets it found (read_committed, after its transactional producer has
+  fenced any earlier incarnation), then keeps reading: records beyond those ends
+  are either new `MessageAccepted` (folded) or its own records (already folded
+  when decided, skipped unread).
+- The control log is read the same way, as a global table (no group).
+- Every decision is folded at once and committed through the outbox; a batch
+  is committed before its handler starts, a settlement before its Promise
+  resolves, an end-of-batch before a delete reports its stop boundary.
+- After a restart, every batch the log shows open was abandoned by the old
+  engine: its unsettled messages are owed again at once (QC-43, QC-44); nothing
+  is acknowledged by inference.
+
+One engine owns every partition (its transactional ID fences a restarted
+copy's predecessor). Scale-out would split partitions among engines by a
+consumer group and give each its own transactional ID; not done yet.
+"""
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from sumi.core import codec, ids
+from sumi.core import records as r
+from sumi.core.config import Settings
+from sumi.queue import _decide as d
+from sumi.queue._batching import pick_version, plan
+from sumi.queue._control import LIVE, Consumer, ControlTable
+from sumi.queue._outbox import Outbox
+from sumi.queue._runs import BatchRun
+from sumi.queue._state import ENGINE_RECORDS, EngineState, evolve
+
+log = logging.getLogger("sumi.queue")
+SWEEP_MS = 1000
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{ids.new_ulid()}"
+
+
+_ACCEPTED_FP = codec.encode(r.MessageAccepted("q", "s", "m", b"", 0, 0))[2:10]
+
+
+class Engine:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.state = EngineState()
+        self.control = ControlTable()
+        self.runs: dict[str, BatchRun] = {}
+        self.windows: dict[str, int | None] = {}
+        self.observed_sent: dict[str, dict[str, bool]] = {}
+        self.reported: set[str] = set()
+        self.wake = asyncio.Event()
+        self.outbox: Outbox | None = None
+        self.live = False
+        self._last_sweep = 0
+        self._runtimes: dict[str, Any] = {}
+
+    # ---- emitting ----------------------------------------------------------------------------
+
+    def emit(self, records: list[Any]) -> "asyncio.Future[None]":
+        """Fold the engine's own records now and commit everything in order."""
+        outs = []
+        for rec in records:
+            if isinstance(rec, ENGINE_RECORDS):
+                evolve(self.state, rec)
+            if isinstance(rec, r.CommandSubmitted):
+                outs.append((self.settings.topic("commands"), rec.space, rec))
+            else:
+                outs.append((self.settings.topic("queue"), rec.queueUid, rec))
+        assert self.outbox is not None
+        return self.outbox.put(outs)
+
+    def command(self, kind: str, space: str, payload: dict[str, Any]) -> r.CommandSubmitted:
+        return r.CommandSubmitted(ids.new_ulid(), kind, space, "sumi-queue", True,
+                                  json.dumps(payload, sort_keys=True), now_ms())
+
+    def consumer(self, uid: str) -> Consumer | None:
+        res = self.control.resources.get(uid)
+        return Consumer.of(res) if res is not None else None
+
+    async def runtime(self, kind: str) -> Any:
+        if kind not in self._runtimes:
+            from sumi.runtime import JsRuntime, PyRuntime
+
+            rt = JsRuntime() if kind == "javascript" else PyRuntime()
+            await rt.start()
+            self._runtimes[kind] = rt
+        return self._runtimes[kind]
+
+    # ---- the scheduler -----------------------------------------------------------------------
+
+    def step(self) -> int | None:
+        """Decide everything that is due now; return when to look again."""
+        now = now_ms()
+        wake: list[int] = []
+        self._purge_deleted(now)
+        if now - self._last_sweep >= SWEEP_MS:
+            self._last_sweep = now
+            self._sweep(now)
+        for c in self.control.consumers():
+            if c.state == "deleting":
+                self._stop_boundary(c)
+                continue
+            if c.state not in LIVE:
+                continue
+            self._observe(c)
+            at = self._deliver(c, now)
+            if at is not None:
+                wake.append(at)
+        for q in self.state.queues.values():
+            due = q.next_due()
+            if due is not None:
+                wake.append(due)
+        return min(wake) if wake else None
+
+    def _deliver(self, c: Consumer, now: int) -> int | None:
+        queue = self.control.queue(c.queue)
+        allocation = self.control.allocation(c.worker)
+        if queue is None or queue.state not in LIVE or not allocation:
+            return None  # no usable Version: deliveries pause (forms.md, WorkerDeployment)
+        q = self.state.queue(c.queue)
+        q.promote(now)
+        while True:
+            in_flight = sum(1 for b in self.state.batches.values() if b.consumer_uid == c.uid)
+            p = plan(q.ready_count, in_flight, c.max_batch_size, c.max_batch_timeout_s,
+                     c.max_concurrency, self.windows.get(c.uid), now)
+            self.windows[c.uid] = p.window_opened
+            if not p.send:
+                return p.wake_at
+            out = d.deliver(self.state, c, lambda seed: pick_version(allocation, seed), now, new_id)
+            batch = out.batch
+            messages = ([(mid, q.messages[mid].accepted_at, q.messages[mid].body)
+                         for mid in batch.messageIds] if batch else [])
+            committed = self.emit(out.records)
+            if batch is None:
+                if not out.records:
+                    return None
+                continue
+            run = BatchRun(self, c.uid, batch, queue.name, messages, committed)
+            self.runs[batch.batchId] = run
+            run.start()
+
+    def _stop_boundary(self, c: Consumer) -> None:
+        """QC-42: stop what is in flight; report the delete once every batch has ended."""
+        for b in self.state.open_batches(c.uid):
+            run = self.runs.get(b.id)
+            if run is not None:
+                run.stop()
+        op = self.control.unfinished_delete(c.uid)
+        if op is None or op.state == "pending" or op.id in self.reported:
+            return
+        if self.state.open_batches(c.uid):
+            return
+        self.reported.add(op.id)
+        self.emit([self.command("operation.report", op.space, {
+            "operationId": op.id, "outcome": "succeeded", "effect": "complete"})])
+
+    def _observe(self, c: Consumer) -> None:
+        """QC-35: what the engine last confirmed about this Consumer."""
+        queue, worker = self.control.queue(c.queue), self.control.worker(c.worker)
+        observed = {"queueExists": queue is not None, "workerExists": worker is not None,
+                    "consumerAttached": queue is not None and worker is not None}
+        res = self.control.resources[c.uid]
+        if observed == self.observed_sent.get(c.uid) or observed == res.observed:
+            return
+        self.observed_sent[c.uid] = observed
+        self.emit([self.command("resource.observe", c.space, {"uid": c.uid, "observed": observed})])
+
+    def _purge_deleted(self, now: int) -> None:
+        for uid in list(self.control.deleted_queues):
+            if uid in self.state.queues and not self.state.queues[uid].purged:
+                for b in [b for b in self.state.batches.values() if b.queue_uid == uid]:
+                    run = self.runs.get(b.id)
+                    if run is not None:
+                        run.stop()
+                self.emit(d.purge(self.state, uid, now))
+
+    def _sweep(self, now: int) -> None:
+        for uid in list(self.state.queues):
+            queue = self.control.queue(uid)
+            if queue is not None and self.state.queues[uid].messages:
+                self.emit(d.expire(self.state, uid, int(queue.spec["retentionSeconds"]), now))
+
+    async def schedule(self) -> None:
+        while True:
+            wake_at = self.step()
+            timeout = 0.5 if wake_at is None else min(0.5, max(0.001, (wake_at - now_ms()) / 1000))
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout)
+            except TimeoutError:
+                pass
+            self.wake.clear()
+
+    # ---- reading the logs --------------------------------------------------------------------
+
+    async def _open(self, topic: str) -> tuple[AIOKafkaConsumer, dict[TopicPartition, int]]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap,
+                                    isolation_level="read_committed", enable_auto_commit=False,
+                                    fetch_max_wait_ms=20, max_partition_fetch_bytes=4 << 20)
+        await consumer.start()
+        parts = None
+        for _ in range(100):
+            parts = consumer.partitions_for_topic(topic)
+            if parts:
+                break
+            await consumer._client.force_metadata_update()
+            await asyncio.sleep(0.1)
+        if not parts:
+            raise RuntimeError(f"topic {topic} has no partitions")
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        return consumer, await consumer.end_offsets(tps)
+
+    async def _catch_up(self, consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int],
+                        fold: Any) -> None:
+        while await _behind(consumer, ends):
+            for tp, messages in (await consumer.getmany(timeout_ms=200, max_records=5000)).items():
+                for m in messages:
+                    fold(m, m.offset < ends[tp])
+
+    def _fold_queue(self, m: Any, rebuilding: bool) -> None:
+        # Past the rebuild, only appends by others are new; the rest was folded when decided.
+        if rebuilding or m.value[2:10] == _ACCEPTED_FP:
+            evolve(self.state, codec.decode(m.value))
+
+    def _fold_control(self, m: Any, rebuilding: bool) -> None:
+        self.control.fold(codec.decode(m.value))
+
+    async def _follow(self, consumer: AIOKafkaConsumer, fold: Any) -> None:
+        while True:
+            batch = await consumer.getmany(timeout_ms=200, max_records=5000)
+            for messages in batch.values():
+                for m in messages:
+                    fold(m, False)
+            if batch:
+                self.wake.set()
+
+    async def run(self) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap,
+                                    transactional_id=f"{self.settings.topic_prefix}-queue-engine",
+                                    enable_idempotence=True, linger_ms=0)
+        await producer.start()  # fences and aborts whatever an earlier engine left open
+        queue_reader, queue_ends = await self._open(self.settings.topic("queue"))
+        control_reader, control_ends = await self._open(self.settings.topic("control"))
+        try:
+            await self._catch_up(control_reader, control_ends, self._fold_control)
+            await self._catch_up(queue_reader, queue_ends, self._fold_queue)
+            log.info("queue engine rebuilt: %d queues, %d open batches",
+                     len(self.state.queues), len(self.state.batches))
+            self.outbox = Outbox(producer, self.settings.partitions)
+            outbox = asyncio.create_task(self.outbox.run())
+            self._recover()
+            self.live = True
+            await asyncio.gather(outbox, self.schedule(),
+                                 self._follow(queue_reader, self._fold_queue),
+                                 self._follow(control_reader, self._fold_control))
+        finally:
+            for run in list(self.runs.values()):
+                run.stop()
+            for rt in self._runtimes.values():
+                await rt.close()
+            await queue_reader.stop()
+            await control_reader.stop()
+            await producer.stop()
+
+    def _recover(self) -> None:
+        """Every batch still open in the log was abandoned by an earlier engine."""
+        now = now_ms()
+        for b in list(self.state.batches.values()):
+            c = self.consumer(b.consumer_uid) or _gone(b.consumer_uid, b.queue_uid)
+            self.emit(d.end_batch(self.state, c, b.id, "abandoned", now, new_id))
+
+
+async def _behind(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:
+    for tp, end in ends.items():
+        if await consumer.position(tp) < end:
+            return True
+    return False
+
+
+def _gone(uid: str, queue: str) -> Consumer:
+    return Consumer(uid, "", queue, "", 1, 0, 1, 0, 0, None, "deleting")
+
+
+async def serve(settings: Settings) -> None:
+    await Engine(settings).run()
+
+
+__all__ = ["Engine", "serve"]

@@ -1,0 +1,216 @@
+"""Helpers of the QueueConsumer conformance suite: everything over real HTTP.
+
+Worker code is installed the way a user does it: a ModuleWorker, a WorkerVersion
+(verified by the Host in the real runtime) and a WorkerDeployment at 100 %.
+"""
+
+import asyncio
+import base64
+import time
+import uuid
+from typing import Any
+
+import httpx
+
+FORMS = "https://edge.forms.takoform.com/forms/"
+QUEUE = FORMS + "AtLeastOnceQueue/0.2.0/"
+WORKER = FORMS + "ModuleWorker/0.3.0/"
+VERSION = FORMS + "WorkerVersion/0.5.0/"
+DEPLOYMENT = FORMS + "WorkerDeployment/0.4.0/"
+CONSUMER = FORMS + "QueueConsumer/0.3.0/"
+PROBLEM = "application/problem+json"
+
+# A worker whose behaviour each message body chooses; it reports what it saw to the REPORT
+# queue (when bound), so tests read deliveries back through the Host itself.
+PROBE_JS = r"""
+const dec = new TextDecoder();
+export default {
+  async queue(batch, env, ctx) {
+    const seen = [];
+    for (const m of batch.messages) {
+      const cmd = dec.decode(m.body);
+      seen.push({id: m.id, ts: m.timestamp, attempts: m.attempts, body: cmd, batch: batch.id,
+                 queue: batch.queue, size: batch.messages.length});
+    }
+    if (env.REPORT) await env.REPORT.send(JSON.stringify(seen));
+    for (const m of batch.messages) {
+      const cmd = dec.decode(m.body);
+      if (cmd.startsWith('ack')) await batch.acknowledge(m.id);
+      else if (cmd.startsWith('retry:')) await batch.retry(m.id, Number(cmd.slice(6)));
+      else if (cmd === 'retry') await batch.retry(m.id);
+      else if (cmd === 'throw') throw new Error('handler threw');
+      else if (cmd.startsWith('sleep:')) await new Promise((r) => setTimeout(r, Number(cmd.slice(6))));
+      else if (cmd === 'spin') { for (;;) {} }
+    }
+  },
+};
+"""
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def b64(data: bytes | str) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM), response.headers
+    body = response.json()
+    assert body["code"] == code, body
+    return body
+
+
+class Api:
+    """One Space, one editor token; every call is the public HTTP API."""
+
+    def __init__(self, client: httpx.AsyncClient, space: Any) -> None:
+        self.c = client
+        self.space = space.name
+        self.token = space.editor_token
+        self.viewer = space.viewer_token
+        self.h = auth(space.editor_token)
+
+    # ---- resources ---------------------------------------------------------------------------
+
+    async def post(self, name: str, form: str, spec: Any, key: str | None = None,
+                   **extra: Any) -> httpx.Response:
+        return await self.c.post(f"/v2/spaces/{self.space}/resources",
+                                 headers={**self.h, "Idempotency-Key": key or uuid.uuid4().hex},
+                                 json={"name": name, "form": form, "spec": spec, **extra})
+
+    async def put(self, uid: str, spec: Any, key: str | None = None) -> httpx.Response:
+        return await self.c.put(f"/v2/spaces/{self.space}/resources/{uid}",
+                                headers={**self.h, "Idempotency-Key": key or uuid.uuid4().hex},
+                                json={"spec": spec})
+
+    async def delete(self, uid: str, key: str | None = None) -> httpx.Response:
+        return await self.c.delete(f"/v2/spaces/{self.space}/resources/{uid}",
+                                   headers={**self.h, "Idempotency-Key": key or uuid.uuid4().hex})
+
+    async def get(self, uid: str) -> httpx.Response:
+        return await self.c.get(f"/v2/spaces/{self.space}/resources/{uid}", headers=self.h)
+
+    async def op(self, op_id: str, wait: int = 30) -> dict[str, Any]:
+        r = await self.c.get(f"/v2/operations/{op_id}?wait={wait}", headers=self.h)
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    async def done(self, response: httpx.Response, state: str = "succeeded") -> dict[str, Any]:
+        assert response.status_code == 202, response.text
+        op = await self.op(response.json()["id"])
+        assert op["state"] == state, op
+        return op
+
+    async def create(self, name: str, form: str, spec: Any) -> str:
+        op = await self.done(await self.post(name, form, spec))
+        return op["resourceUid"]  # type: ignore[no-any-return]
+
+    # ---- building blocks ---------------------------------------------------------------------
+
+    async def queue(self, name: str | None = None, retention: int = 3600) -> str:
+        return await self.create(name or f"q-{uuid.uuid4().hex[:8]}", QUEUE,
+                                 {"retentionSeconds": retention})
+
+    async def worker(self, source: str = PROBE_JS, handlers: tuple[str, ...] = ("queue",),
+                     bindings: dict[str, str] | None = None, vars: dict[str, str] | None = None,
+                     runtime: str = "javascript", deploy: bool = True) -> str:
+        tag = uuid.uuid4().hex[:8]
+        worker = await self.create(f"w-{tag}", WORKER, {"runtime": runtime,
+                                                          "handlers": list(handlers)})
+        if not deploy:
+            return worker
+        version = await self.version(worker, source, bindings, vars, runtime)
+        await self.create(f"d-{tag}", DEPLOYMENT, {
+            "worker": {"resourceUid": worker},
+            "versions": [{"version": {"resourceUid": version}, "percentage": 100}]})
+        return worker
+
+    async def version(self, worker: str, source: str, bindings: dict[str, str] | None = None,
+                      vars: dict[str, str] | None = None, runtime: str = "javascript") -> str:
+        main = "worker.js" if runtime == "javascript" else "worker.py"
+        spec: dict[str, Any] = {"worker": {"resourceUid": worker}, "mainModule": main,
+                                "modules": [{"name": main, "content": source}]}
+        if bindings:
+            spec["queueBindings"] = [{"name": n, "queue": {"resourceUid": q}}
+                                     for n, q in bindings.items()]
+        if vars:
+            spec["vars"] = vars
+        return await self.create(f"v-{uuid.uuid4().hex[:8]}", VERSION, spec)
+
+    def consumer_spec(self, queue: str, worker: str, **over: Any) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "queue": {"resourceUid": queue}, "worker": {"resourceUid": worker},
+            "maxBatchSize": 10, "maxBatchTimeoutSeconds": 0, "maxConcurrency": 4,
+            "maxRetries": 3, "retryDelaySeconds": 0}
+        spec.update(over)
+        return {k: v for k, v in spec.items() if v is not None}
+
+    async def consumer(self, queue: str, worker: str, name: str | None = None, **over: Any) -> str:
+        return await self.create(name or f"c-{uuid.uuid4().hex[:8]}", CONSUMER,
+                                 self.consumer_spec(queue, worker, **over))
+
+    # ---- queue data plane --------------------------------------------------------------------
+
+    async def send(self, queue: str, *bodies: bytes | str, delay: int | None = None) -> list[str]:
+        messages = [{"body": b64(b), **({"delaySeconds": delay} if delay is not None else {})}
+                    for b in bodies]
+        r = await self.c.post(f"/v2/spaces/{self.space}/queues/{queue}/messages", headers=self.h,
+                              json={"messages": messages})
+        assert r.status_code == 202, r.text
+        return r.json()["messageIds"]  # type: ignore[no-any-return]
+
+    async def stats(self, queue: str) -> dict[str, Any]:
+        r = await self.c.get(f"/v2/spaces/{self.space}/queues/{queue}/stats", headers=self.h)
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    async def peek(self, queue: str, **params: Any) -> list[dict[str, Any]]:
+        r = await self.c.get(f"/v2/spaces/{self.space}/queues/{queue}/messages", headers=self.h,
+                             params={"includeBody": "true", "limit": 1000, **params})
+        assert r.status_code == 200, r.text
+        return r.json()["items"]  # type: ignore[no-any-return]
+
+    async def until(self, queue: str, timeout: float = 30, **want: int) -> dict[str, Any]:
+        """Poll stats until every named counter has (at least) the wanted value."""
+        deadline = time.monotonic() + timeout
+        while True:
+            s = await self.stats(queue)
+            if all(s[k] == v for k, v in want.items()):
+                return s
+            if time.monotonic() > deadline:
+                raise AssertionError(f"stats never reached {want}: {s}")
+            await asyncio.sleep(0.1)
+
+    async def reports(self, report_queue: str, count: int, timeout: float = 30) -> list[dict[str, Any]]:
+        """What the probe worker saw, from its REPORT queue (each item one delivered message)."""
+        import json
+
+        deadline = time.monotonic() + timeout
+        while True:
+            items = await self.peek(report_queue)
+            seen = [m for item in items for m in json.loads(base64.b64decode(item["body"]))]
+            if len(seen) >= count:
+                return seen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"only {len(seen)} of {count} deliveries reported: {seen}")
+            await asyncio.sleep(0.1)
+
+
+# ---- fixtures (imported by the test modules; a conftest.py here would shadow tests/conftest.py
+# for modules that `from conftest import …`) -----------------------------------------------------
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+async def client(host: Any) -> Any:
+    async with httpx.AsyncClient(base_url=host.url, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture
+async def api(client: httpx.AsyncClient, space: Any) -> Api:
+    return Api(client, space)
