@@ -39,15 +39,20 @@ def _fp(parsed: dict[str, Any]) -> bytes:
 def _registry() -> tuple[dict[str, dict[str, Any]], dict[bytes, dict[str, Any]]]:
     current: dict[str, dict[str, Any]] = {}
     by_fp: dict[bytes, dict[str, Any]] = {}
+    header: dict[str, bytes] = _HEADERS
     root = schemas_dir()
     for path in sorted(root.glob("*.avsc")):
         parsed = parse_schema(json.loads(path.read_text()), _write_hint=False)
         current[path.stem] = parsed
         by_fp[_fp(parsed)] = parsed
+        header[path.stem] = MAGIC + _fp(parsed)
     for path in sorted((root / "history").glob("*.avsc")):
         parsed = parse_schema(json.loads(path.read_text()), _write_hint=False)
         by_fp[_fp(parsed)] = parsed
     return current, by_fp
+
+
+_HEADERS: dict[str, bytes] = {}
 
 
 def schema_of(type_name: str) -> dict[str, Any]:
@@ -62,9 +67,10 @@ def encode(record: Record) -> bytes:
     name = type(record).__name__
     parsed = schema_of(name)
     out = io.BytesIO()
-    out.write(MAGIC)
-    out.write(_fp(parsed))
-    fastavro.schemaless_writer(out, parsed, _to_avro(dataclasses.asdict(record)))
+    out.write(_HEADERS[name])  # magic + fingerprint, computed once per schema
+    # A shallow dict: asdict() deep-copies every field, bodies included, for nothing.
+    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+    fastavro.schemaless_writer(out, parsed, _to_avro(values))
     return out.getvalue()
 
 
