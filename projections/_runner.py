@@ -9,6 +9,7 @@ No consumer group: the projection assigns itself every partition.
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,6 +23,9 @@ from sumi.core.config import Settings
 log = logging.getLogger(__name__)
 
 Apply = Callable[[psycopg.AsyncCursor[Any], Any, int, int], Awaitable[None]]
+# Optional, next to a projection module's `apply`: one partition's records (record, partition,
+# offset) in log order, applied with the same effect as `apply` one by one, in fewer statements.
+ApplyMany = Callable[[psycopg.AsyncCursor[Any], list[tuple[Any, int, int]]], Awaitable[None]]
 
 
 class ProjectionRunner:
@@ -30,6 +34,8 @@ class ProjectionRunner:
         self.name = name
         self.topic = topic
         self.apply = apply
+        module = sys.modules.get(getattr(apply, "__module__", ""))
+        self.apply_many: ApplyMany | None = getattr(module, "apply_many", None)
         self._marked = 0.0
 
     async def run(self, until: dict[int, int] | None = None) -> None:
@@ -58,14 +64,24 @@ class ProjectionRunner:
                     batch = {tp: ms for tp, ms in batch.items() if ms}
                 if batch:
                     await self._apply_batch(conn, batch)
-                elif until is None:
+                if until is None and (not batch or await self._at_end(consumer, tps)):
                     await self._mark_caught_up(conn)
         finally:
             await consumer.stop()
             await conn.close()
 
+    @staticmethod
+    async def _at_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
+        """Whether the last fetch left nothing committed unapplied (under steady traffic a
+        poll is rarely empty, yet the projection can be current)."""
+        for tp in tps:
+            end = consumer.last_stable_offset(tp)
+            if end is None or await consumer.position(tp) < end:
+                return False
+        return True
+
     async def _mark_caught_up(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        # An empty poll means nothing committed is left to apply; /readyz reads this mark.
+        # Nothing committed is left to apply; /readyz reads this mark.
         now = time.monotonic()
         if now - self._marked < 1.0:
             return
@@ -101,8 +117,12 @@ class ProjectionRunner:
         async with conn.transaction():
             async with conn.cursor() as cur:
                 for tp, messages in batch.items():
-                    for m in messages:
-                        await self.apply(cur, codec.decode(m.value), tp.partition, m.offset)
+                    if self.apply_many is not None:
+                        await self.apply_many(cur, [(codec.decode(m.value), tp.partition, m.offset)
+                                                    for m in messages])
+                    else:
+                        for m in messages:
+                            await self.apply(cur, codec.decode(m.value), tp.partition, m.offset)
                     await cur.execute(
                         "INSERT INTO projection_offsets (projection, topic, partition, next_offset) "
                         "VALUES (%s, %s, %s, %s) ON CONFLICT (projection, topic, partition) "

@@ -22,16 +22,53 @@ _SETTLED = {
 }
 
 
+# One constant statement for any number of appends (so Postgres and psycopg prepare it once):
+# the rows come in as one array per column, in binary (the text form quotes every element by
+# regular expression, which cost more than all the rest of the projection). A re-sent append
+# (same deterministic message ID) is the same message: keep the first, also when both are in
+# one statement (unnest keeps their log order, and DO NOTHING skips the later one).
+_ACCEPT = (
+    "INSERT INTO queue_messages (message_id, queue_uid, space, body, size, accepted_at, "
+    "visible_at, log_partition, log_offset, principal, idempotency_key, last_offset) "
+    "SELECT id, q, s, b, n, a, v, p, o, pr, k, o FROM unnest(%b::text[], %b::text[], %b::text[], "
+    "%b::bytea[], %b::int[], %b::timestamptz[], %b::timestamptz[], %b::int[], %b::bigint[], "
+    "%b::text[], %b::text[]) AS u(id, q, s, b, n, a, v, p, o, pr, k) "
+    "ON CONFLICT (message_id) DO NOTHING")
+_ACCEPT_CHUNK = 200  # rows per statement: bounds the bodies' bytes in one statement
+
+
+async def apply_many(cur: Cursor, records: list[tuple[Any, int, int]]) -> None:
+    """Apply one partition's records in log order, with each run of consecutive appends as one
+    INSERT: a send of 100 messages is one statement instead of 100 (the same rows result)."""
+    run: list[tuple[Any, int, int]] = []
+    for item in records:
+        if isinstance(item[0], r.MessageAccepted):
+            run.append(item)
+            continue
+        await _accept(cur, run)
+        run = []
+        await apply(cur, *item)
+    await _accept(cur, run)
+
+
+async def _accept(cur: Cursor, run: list[tuple[Any, int, int]]) -> None:
+    for start in range(0, len(run), _ACCEPT_CHUNK):
+        await _insert(cur, run[start:start + _ACCEPT_CHUNK])
+
+
+async def _insert(cur: Cursor, run: list[tuple[Any, int, int]]) -> None:
+    columns: tuple[list[Any], ...] = tuple([] for _ in range(11))
+    for rec, partition, offset in run:
+        for column, value in zip(columns, (
+                rec.messageId, rec.queueUid, rec.space, rec.body, len(rec.body), ts(rec.acceptedAt),
+                ts(rec.visibleAt), partition, offset, rec.principal, rec.idempotencyKey), strict=True):
+            column.append(value)
+    await cur.execute(_ACCEPT, columns)
+
+
 async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
     if isinstance(rec, r.MessageAccepted):
-        # A re-sent append (same deterministic message ID) is the same message: keep the first.
-        await cur.execute(
-            "INSERT INTO queue_messages (message_id, queue_uid, space, body, size, accepted_at, "
-            "visible_at, log_partition, log_offset, principal, idempotency_key, last_offset) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT (message_id) DO NOTHING",
-            (rec.messageId, rec.queueUid, rec.space, rec.body, len(rec.body), ts(rec.acceptedAt),
-             ts(rec.visibleAt), partition, offset, rec.principal, rec.idempotencyKey, offset))
+        await _accept(cur, [(rec, partition, offset)])
     elif isinstance(rec, r.BatchDelivered):
         await cur.execute(
             "UPDATE queue_messages AS m SET state = 'inflight', attempts = u.attempt, "

@@ -59,8 +59,9 @@ async def send_messages(request: Request) -> Response:
     ids = message_ids(queue["uid"], caller.principal, key, len(messages))
     db = backend(request)
     # A replay re-derives the same IDs; whatever the projection already holds was appended.
+    # Without a key the IDs are fresh ULIDs: nothing can hold them yet, so nothing to look up.
     known = {r["message_id"] for r in await db.fetchall(
-        "SELECT message_id FROM queue_messages WHERE message_id = ANY(%s)", (ids,))}
+        "SELECT message_id FROM queue_messages WHERE message_id = ANY(%s)", (ids,))} if key else set()
     todo = [(mid, m) for mid, m in zip(ids, messages, strict=True) if mid not in known]
     if todo:
         await _append(db, request.path_params["space"], queue["uid"], caller, key, todo)

@@ -1,10 +1,11 @@
 """One batch's run in the worker runtime, and the host calls its handler makes (QC-25..32).
 
-A run starts its execution context while its BatchDelivered commits, invokes
-the queue handler only after the commit, and ends the batch from the handler's
-outcome. Settlement calls are decided against the engine's state (bound to
-this batch: another batch's ID is `unknown_batch`) and resolve only once their
-record has committed.
+A run takes a warm execution context of its (Consumer, Version) from the
+engine's pool, or starts one while its BatchDelivered commits; it invokes the
+queue handler only after the commit, hands the context back (or stops it, see
+`_contexts`) and ends the batch from the handler's outcome. Settlement calls
+are decided against the engine's state (bound to this batch: another batch's
+ID is `unknown_batch`) and resolve only once their record has committed.
 """
 
 import asyncio
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sumi.core import records as r
 from sumi.queue import _decide as d
-from sumi.queue._control import LIVE, Consumer
+from sumi.queue._control import LIVE, Code, Consumer
 from sumi.runtime import EnvSpec, HostError, Module, QueueBatch, QueueMessage
 
 if TYPE_CHECKING:
@@ -73,29 +74,40 @@ class BatchRun:
             error = repr(exc)
         if self.stopping and outcome != "returned":
             outcome = "stopped"
+        # Handed back before the end is folded, with no await in between: the next batch of
+        # this pair can take it as soon as the end frees its slot.
+        self._release_ctx(outcome == "returned")
         try:
             now = _now()
-            await self.engine.emit(d.end_batch(self.engine.state, self.settings(),
-                                               self.batch.batchId, outcome, now, _new_id, error))
+            ended = self.engine.emit(d.end_batch(self.engine.state, self.settings(),
+                                                 self.batch.batchId, outcome, now, _new_id, error))
+            # The slot is free once the end is folded; a next batch's records commit after it.
+            self.engine.wake.set()
+            await ended
         finally:
             self.engine.runs.pop(self.batch.batchId, None)
             self.engine.wake.set()
-            if self.ctx is not None and not self.stopping:
-                self.stopping = True
-                asyncio.ensure_future(self._stop_ctx())
+
+    def _release_ctx(self, returned: bool) -> None:
+        """Give the context back to the warm pool, or stop it (see `_contexts`)."""
+        ctx, self.ctx = self.ctx, None
+        if ctx is None:
+            return
+        key = (self.consumer_uid, self.batch.versionUid)
+        reusable = returned and not self.stopping and self.engine.servable(key)
+        self.engine.contexts.give(key, ctx, reusable, self.settings().max_concurrency)
 
     async def _invoke(self) -> tuple[str, str | None]:
         code = self.code
         if code is None:
             await self.committed
             return "threw", "the picked Version is gone"
-        rt = await self.engine.runtime(code.runtime)
-        starting = asyncio.ensure_future(rt.start_context(
-            [Module(n, c) for n, c in code.modules], code.main_module, host_call=self.host_call))
-        try:
+        warm = self.engine.contexts.take((self.consumer_uid, code.version_uid))
+        if warm is not None:
+            self.ctx = warm
             await self.committed  # QC-43: recorded before the handler starts
-        finally:
-            self.ctx = await starting
+        else:
+            await self._start_ctx(code)
         if self.stopping:
             await self._stop_ctx()
             return "stopped", None
@@ -107,6 +119,16 @@ class BatchRun:
         if result.ok:
             return "returned", None
         return "threw", f"{result.reason}: {result.error_name}: {result.error_message}"
+
+    async def _start_ctx(self, code: Code) -> None:
+        """A fresh context, started while the BatchDelivered commits."""
+        rt = await self.engine.runtime(code.runtime)
+        starting = asyncio.ensure_future(rt.start_context(
+            [Module(n, c) for n, c in code.modules], code.main_module, host_call=self.host_call))
+        try:
+            await self.committed  # QC-43: recorded before the handler starts
+        finally:
+            self.ctx = await starting
 
     # ---- host calls ----------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from .types import (
 
 JS_DIR = Path(__file__).resolve().parent / "js"
 log = logging.getLogger("sumi.runtime.js")
+_STOPPED = ("cpu_limit", "heap_limit", "wall_limit", "stopped")
 
 
 def node_argv(node: str = "node") -> list[str]:
@@ -78,7 +79,12 @@ class JsContext:
         })
         if reply is EXITED:
             return InvokeResult.stopped(message="runtime process exited")
-        return InvokeResult.from_wire(reply)
+        result = InvokeResult.from_wire(reply)
+        if result.reason in _STOPPED:
+            # The context_stopped frame follows this reply; whoever decides on reusing the
+            # context right after the result must already see that it is gone.
+            self.on_stopped(result.reason)
+        return result
 
     async def stop(self) -> None:
         if self._channel.alive and self.id in self._channel.contexts:

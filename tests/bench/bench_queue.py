@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
+import json
 import os
 import statistics
 import sys
@@ -84,6 +86,11 @@ async def raw_kafka(bootstrap: str) -> float:
     return RAW_N / elapsed
 
 
+# The harness shares the machine's cores with the Host it measures: it decodes only the ACK
+# records (told apart by their schema fingerprint), not every 1 KiB MessageAccepted.
+_ACK_FP = codec.encode(r.MessagesAcknowledged("q", "b", (), "returned", 0))[2:10]
+
+
 class AckWatcher:
     """Reads the queue log (read_committed) and notes when each message's ACK is readable."""
 
@@ -109,6 +116,8 @@ class AckWatcher:
             now = time.perf_counter()
             for msgs in batch.values():
                 for m in msgs:
+                    if m.value[2:10] != _ACK_FP:
+                        continue
                     rec = codec.decode(m.value)
                     if isinstance(rec, r.MessagesAcknowledged):
                         for mid in rec.messageIds:
@@ -122,11 +131,17 @@ class AckWatcher:
         await self.consumer.stop()
 
 
+@functools.cache
+def send_body(n: int) -> bytes:
+    """The JSON of a send of n messages, built once (a client's cost, not the Host's)."""
+    return json.dumps({"messages": [{"body": base64.b64encode(BODY).decode()}] * n}).encode()
+
+
 async def send(api: Api, queue: str, n: int, sent: dict[str, float]) -> None:
-    body = {"messages": [{"body": base64.b64encode(BODY).decode()}] * n}
     t = time.perf_counter()
-    resp = await api.c.post(f"/v2/spaces/{api.space}/queues/{queue}/messages", headers=api.h,
-                            json=body)
+    resp = await api.c.post(f"/v2/spaces/{api.space}/queues/{queue}/messages",
+                            headers={**api.h, "content-type": "application/json"},
+                            content=send_body(n))
     assert resp.status_code == 202, resp.text
     for mid in resp.json()["messageIds"]:
         sent[mid] = t
