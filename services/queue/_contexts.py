@@ -32,6 +32,9 @@ class ContextPool:
         self._idle: dict[Key, list[Any]] = {}
         self._stopping: dict[asyncio.Task[None], str] = {}  # stop in progress -> Consumer UID
         self._on_stopped = on_stopped
+        # Consumers with a context whose stop the runtime did not confirm (QC-42: such a
+        # boundary is unproven until the runtime process itself is gone).
+        self.unconfirmed: set[str] = set()
 
     def take(self, key: Key) -> Any | None:
         """An idle, still running context of this (Consumer, Version), or None."""
@@ -65,16 +68,16 @@ class ContextPool:
         return len(self._idle.get(key, ()))
 
     def stop(self, consumer_uid: str, ctx: Any) -> None:
-        task = asyncio.ensure_future(self._stop(ctx))
+        task = asyncio.ensure_future(self._stop(consumer_uid, ctx))
         self._stopping[task] = consumer_uid
         task.add_done_callback(self._stopped)
 
-    @staticmethod
-    async def _stop(ctx: Any) -> None:
+    async def _stop(self, consumer_uid: str, ctx: Any) -> None:
         try:
             await ctx.stop()
-        except Exception:  # its runtime is gone or unresponsive; nothing more can run in it
+        except Exception:  # the runtime did not confirm the stop: the code may still run
             log.exception("stopping idle context %s", getattr(ctx, "id", "?"))
+            self.unconfirmed.add(consumer_uid)
 
     def _stopped(self, task: "asyncio.Task[None]") -> None:
         self._stopping.pop(task, None)

@@ -54,8 +54,9 @@ class BatchRun:
     async def _stop_ctx(self) -> None:
         try:
             await self.ctx.stop()
-        except Exception:  # the stop is retried by ending the batch as stopped anyway
+        except Exception:  # unconfirmed: a delete's boundary stays unproven (QC-42)
             log.exception("stopping context of batch %s", self.batch.batchId)
+            self.engine.contexts.unconfirmed.add(self.consumer_uid)
 
     def settings(self) -> Consumer:
         c = self.engine.consumer(self.consumer_uid)

@@ -31,6 +31,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sumi.core import codec, ids
 from sumi.core import records as r
 from sumi.core.config import Settings
+from sumi.core.problems import Problem
 from sumi.queue import _decide as d
 from sumi.queue._batching import pick_version, plan
 from sumi.queue._contexts import ContextPool, Key
@@ -77,6 +78,8 @@ class Engine:
         self.windows: dict[str, int | None] = {}
         self.observed_sent: dict[str, dict[str, bool]] = {}
         self.reported: set[str] = set()
+        self.reconciling: set[str] = set()
+        self._restarting: asyncio.Future[None] | None = None
         self.wake = asyncio.Event()
         self.outbox: Outbox | None = None
         self.live = False
@@ -188,9 +191,34 @@ class Engine:
             return
         if self.state.open_batches(c.uid) or self.contexts.stopping(c.uid):
             return
+        if c.uid in self.contexts.unconfirmed:
+            self._reconcile_stop(c, op)
+            return
         self.reported.add(op.id)
         self.emit([self.command("operation.report", op.space, {
             "operationId": op.id, "outcome": "succeeded", "effect": "complete"})])
+
+    def _reconcile_stop(self, c: Consumer, op: Any) -> None:
+        """QC-42, QC-47: a stop the runtime did not confirm leaves the boundary unproven.
+
+        The delete is reported `reconciling` with effect `unknown` (once), and the stop is
+        proven the only certain way: the runtime processes exit, taking every context with
+        them (their other batches end as stopped and are redelivered: at least once)."""
+        if op.id not in self.reconciling:
+            self.reconciling.add(op.id)
+            self.emit([self.command("operation.report", op.space, {
+                "operationId": op.id, "outcome": "reconciling", "effect": "unknown",
+                "error": Problem("backend_unavailable",
+                                 "a handler's stop was not confirmed; stopping its runtime").to_json()})])
+        if self._restarting is None or self._restarting.done():
+            self._restarting = asyncio.ensure_future(self._restart_runtimes())
+
+    async def _restart_runtimes(self) -> None:
+        runtimes, self._runtimes = list(self._runtimes.values()), {}
+        for rt in runtimes:
+            await rt.close()  # returns once the process has exited
+        self.contexts.unconfirmed.clear()
+        self.wake.set()
 
     def _observe(self, c: Consumer) -> None:
         """QC-35: what the engine last confirmed about this Consumer."""

@@ -71,3 +71,21 @@ async def test_a_version_leaving_the_allocation_retires_its_contexts() -> None:
     assert old.stops == 1 and new.stops == 0 and stopped == [True]
     assert pool.take(A) is None and pool.take(B) is new
 
+
+
+class UnstoppableContext(FakeContext):
+    async def stop(self) -> None:
+        raise TimeoutError("the runtime did not answer")
+
+
+async def test_an_unconfirmed_stop_marks_the_consumer_boundary_unproven() -> None:
+    # QC-42, QC-47: a stop the runtime did not confirm is never taken as a proven boundary;
+    # the engine then reports the delete reconciling/unknown until the runtime has exited.
+    pool = ContextPool()
+    pool.give(A, UnstoppableContext("stuck"), reusable=False, limit=2)
+    await settle()
+    assert not pool.stopping("c1")
+    assert pool.unconfirmed == {"c1"}
+    pool.give(B, FakeContext("fine"), reusable=False, limit=2)
+    await settle()
+    assert pool.unconfirmed == {"c1"}  # a later good stop does not prove the earlier one
