@@ -83,15 +83,23 @@ class ControlTable:
     resources: dict[str, Res] = field(default_factory=dict)
     operations: dict[str, Op] = field(default_factory=dict)
     deleted_queues: set[str] = field(default_factory=set)
+    # A Deployment update takes effect only when its Operation succeeds (forms.md): until
+    # then the allocation in force is the spec it replaced.
+    replaced_specs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def fold(self, rec: Any) -> None:
         if isinstance(rec, r.ResourceCreated):
             self.resources[rec.uid] = Res(rec.uid, rec.space, rec.name, rec.form,
                                           json.loads(rec.spec))
         elif isinstance(rec, r.ResourceUpdated) and rec.uid in self.resources:
-            self.resources[rec.uid] = replace(self.resources[rec.uid], spec=json.loads(rec.spec))
+            old = self.resources[rec.uid]
+            if old.form == WORKER_DEPLOYMENT:
+                self.replaced_specs.setdefault(rec.uid, old.spec)
+            self.resources[rec.uid] = replace(old, spec=json.loads(rec.spec))
         elif isinstance(rec, r.ResourceStateChanged) and rec.uid in self.resources:
             self.resources[rec.uid] = replace(self.resources[rec.uid], state=rec.state)
+            if rec.state != "updating":
+                self.replaced_specs.pop(rec.uid, None)
         elif isinstance(rec, r.ResourceObserved) and rec.uid in self.resources:
             self.resources[rec.uid] = replace(self.resources[rec.uid],
                                               observed=json.loads(rec.observed))
@@ -133,7 +141,8 @@ class ControlTable:
             if (res.form == WORKER_DEPLOYMENT and res.state in LIVE
                     and res.spec.get("worker", {}).get("resourceUid") == worker_uid):
                 out = []
-                for entry in res.spec.get("versions", []):
+                spec = self.replaced_specs.get(res.uid, res.spec) if res.state == "updating" else res.spec
+                for entry in spec.get("versions", []):
                     v = self.resources.get(entry["version"]["resourceUid"])
                     if v is not None and v.form == WORKER_VERSION and v.state in LIVE:
                         out.append((v.uid, int(entry["percentage"])))

@@ -268,3 +268,36 @@ def test_pick_version_by_percentage() -> None:
     assert 0.85 < picks.count("v1") / 2000 < 0.95
     assert pick_version(alloc, "x") == pick_version(alloc, "x")
     assert pick_version([("only", 100)], "y") == "only"
+
+
+def test_an_unfinished_deployment_update_keeps_the_previous_allocation() -> None:
+    # forms.md WorkerDeployment 0.4.0: a change waiting on a verifying Version applies only
+    # when it succeeds; a failed one leaves the previous allocation active.
+    import json as _json
+
+    from sumi.control.forms.names import MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
+    from sumi.core import records as rr
+    from sumi.queue._control import ControlTable
+
+    t = ControlTable()
+
+    def created(uid: str, form: str, spec: dict) -> None:  # type: ignore[type-arg]
+        t.fold(rr.ResourceCreated(uid, "s", uid, form, _json.dumps(spec), 1, "op", 0))
+        t.fold(rr.ResourceStateChanged(uid, "s", "active", 0))
+
+    created("w", MODULE_WORKER, {"runtime": "javascript", "handlers": ["queue"]})
+    created("v1", WORKER_VERSION, {"worker": {"resourceUid": "w"}})
+    created("v2", WORKER_VERSION, {"worker": {"resourceUid": "w"}})
+    old = {"worker": {"resourceUid": "w"}, "versions": [{"version": {"resourceUid": "v1"}, "percentage": 100}]}
+    new = {"worker": {"resourceUid": "w"}, "versions": [{"version": {"resourceUid": "v2"}, "percentage": 100}]}
+    created("d", WORKER_DEPLOYMENT, old)
+    t.fold(rr.ResourceUpdated("d", "s", _json.dumps(new), 2, "op2", 1))
+    t.fold(rr.ResourceStateChanged("d", "s", "updating", 1))
+    assert t.allocation("w") == [("v1", 100)]
+    t.fold(rr.ResourceStateChanged("d", "s", "active", 2))
+    assert t.allocation("w") == [("v2", 100)]
+    t.fold(rr.ResourceUpdated("d", "s", _json.dumps(old), 3, "op3", 3))
+    t.fold(rr.ResourceStateChanged("d", "s", "updating", 3))
+    t.fold(rr.ResourceUpdated("d", "s", _json.dumps(new), 3, "op3", 4))  # the failed update reverts
+    t.fold(rr.ResourceStateChanged("d", "s", "active", 4))
+    assert t.allocation("w") == [("v2", 100)]
