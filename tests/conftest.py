@@ -13,6 +13,11 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+# Properties, not timings: a loaded 2-core CI machine must not fail a test by its clock.
+hypothesis_settings.register_profile("sumi", deadline=None)
+hypothesis_settings.load_profile("sumi")
 from hostkit import Host, new_settings, start_host
 
 from sumi.infra import KafkaBroker, PostgresServer

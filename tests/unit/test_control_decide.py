@@ -1,41 +1,17 @@
 """The control processor's pure decisions, without a broker."""
 
-import json
 from typing import Any
+
+from decisions_kit import NOW, command, problem, reply, run
 
 from sumi.control import ControlState, decide, evolve
 from sumi.control.forms.names import MODULE_WORKER, QUEUE
 from sumi.core import records as r
 
-NOW = 1_700_000_000_000
-
 
 def cmd(kind: str, payload: dict[str, Any], *, space: str = "demo", key: str | None = None,
         fp: str | None = None, cid: str = "c1", principal: str = "alice") -> r.CommandSubmitted:
-    return r.CommandSubmitted(cid, kind, space, principal, False, json.dumps(payload), NOW, key, fp)
-
-
-def run(state: ControlState, command: r.CommandSubmitted) -> list[Any]:
-    """Decide, fold, and carry out follow-ups, as the runner does."""
-    out: list[Any] = []
-    queue = [command]
-    while queue:
-        d = decide(state, queue.pop(0), NOW)
-        for e in d.events:
-            evolve(state, e)
-        out += d.events
-        queue += d.followups
-    return out
-
-
-def reply(events: list[Any]) -> r.CommandDecided:
-    return next(e for e in events if isinstance(e, r.CommandDecided))
-
-
-def problem(events: list[Any]) -> dict[str, Any]:
-    d = reply(events)
-    assert not d.accepted
-    return json.loads(d.problem or "{}")
+    return command(kind, payload, space=space, key=key, fp=fp, cid=cid, principal=principal)
 
 
 def with_space() -> ControlState:

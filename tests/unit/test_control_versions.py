@@ -5,6 +5,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from decisions_kit import NOW, command, problem, reply
+from decisions_kit import run as kit_run
 
 from sumi.control import ControlState, decide, evolve
 from sumi.control.forms import FORMS
@@ -18,13 +20,11 @@ from sumi.control.forms.names import (
 from sumi.control.forms.worker_deployment import active_allocation, allocations_to_check
 from sumi.core import records as r
 
-NOW = 1_700_000_000_000
 GOOD_JS = "export default { async queue(batch, env, ctx) {} };\n"
 
 
 # ---- helpers -----------------------------------------------------------------------------------
 
-_ids = iter(range(1_000_000))
 LOG: list[Any] = []  # every record decided in the current test, in order
 
 
@@ -34,33 +34,11 @@ def _fresh_log() -> None:
 
 
 def cmd(kind: str, payload: dict[str, Any], cid: str | None = None) -> r.CommandSubmitted:
-    return r.CommandSubmitted(
-        cid or f"c{next(_ids)}", kind, "demo", "alice", False, json.dumps(payload), NOW
-    )
+    return command(kind, payload, cid=cid)
 
 
 def run(state: ControlState, command: r.CommandSubmitted, followups: bool = True) -> list[Any]:
-    out: list[Any] = []
-    queue = [command]
-    while queue:
-        d = decide(state, queue.pop(0), NOW)
-        for e in d.events:
-            evolve(state, e)
-        out += d.events
-        LOG.extend(d.events)
-        if followups:
-            queue += d.followups
-    return out
-
-
-def reply(events: list[Any]) -> r.CommandDecided:
-    return next(e for e in events if isinstance(e, r.CommandDecided))
-
-
-def problem(events: list[Any]) -> dict[str, Any]:
-    d = reply(events)
-    assert not d.accepted, d
-    return json.loads(d.problem or "{}")
+    return kit_run(state, command, followups, LOG)
 
 
 def code(events: list[Any]) -> str:

@@ -1,42 +1,20 @@
 """QueueConsumer 0.3.0 Form rules (pure, through the control decisions; no broker)."""
 
-import json
 from typing import Any
 
 import pytest
+from decisions_kit import command, problem, reply, run
 
-from sumi.control import ControlState, decide, evolve
+from sumi.control import ControlState
 from sumi.control.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER
 from sumi.core import records as r
 
-NOW = 1_700_000_000_000
-_n = iter(range(10**6))
-
 
 def cmd(kind: str, payload: dict[str, Any], space: str = "demo") -> r.CommandSubmitted:
-    return r.CommandSubmitted(f"c{next(_n)}", kind, space, "alice", False, json.dumps(payload), NOW)
+    return command(kind, payload, space=space)
 
 
-def run(state: ControlState, command: r.CommandSubmitted) -> list[Any]:
-    out: list[Any] = []
-    todo = [command]
-    while todo:
-        d = decide(state, todo.pop(0), NOW)
-        for e in d.events:
-            evolve(state, e)
-        out += d.events
-        todo += d.followups
-    return out
-
-
-def decided(events: list[Any]) -> r.CommandDecided:
-    return next(e for e in events if isinstance(e, r.CommandDecided))
-
-
-def problem(events: list[Any]) -> dict[str, Any]:
-    d = decided(events)
-    assert not d.accepted, d
-    return json.loads(d.problem or "{}")
+decided = reply
 
 
 def create(s: ControlState, name: str, form: str, spec: Any, space: str = "demo") -> str:
