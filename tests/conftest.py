@@ -18,7 +18,7 @@ from hypothesis import settings as hypothesis_settings
 # Properties, not timings: a loaded 2-core CI machine must not fail a test by its clock.
 hypothesis_settings.register_profile("sumi", deadline=None)
 hypothesis_settings.load_profile("sumi")
-from hostkit import Host, new_settings, start_host
+from hostkit import Host, new_settings, running_host
 
 from sumi.infra import KafkaBroker, PostgresServer
 
@@ -63,11 +63,8 @@ def database_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
-    h = start_host(new_settings(kafka_bootstrap, database_url))
-    try:
+    with running_host(new_settings(kafka_bootstrap, database_url)) as h:
         yield h
-    finally:
-        h.supervisor.stop()  # type: ignore[attr-defined]
 
 
 @dataclass

@@ -2,10 +2,13 @@
 
 import asyncio
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sumi.core.config import Settings
 from sumi.infra import free_port
+from sumi.supervisor import Supervisor
 
 
 def new_settings(kafka_bootstrap: str, database_url: str, **overrides: object) -> Settings:
@@ -23,12 +26,11 @@ class Host:
     url: str
     admin_token: str
     settings: Settings
-    supervisor: object
+    supervisor: Supervisor
 
 
 def start_host(settings: Settings) -> Host:
     from sumi._bootstrap import issue_admin_token, prepare
-    from sumi.supervisor import Supervisor
 
     token = "sumi_test_" + uuid.uuid4().hex
     asyncio.run(prepare(settings))
@@ -40,3 +42,13 @@ def start_host(settings: Settings) -> Host:
         sup.stop()
         raise
     return Host(sup.url, token, settings, sup)
+
+
+@contextmanager
+def running_host(settings: Settings) -> Iterator[Host]:
+    """A started Host, stopped again however the block ends."""
+    host = start_host(settings)
+    try:
+        yield host
+    finally:
+        host.supervisor.stop()

@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
 
 from _kit import Api  # noqa: E402
-from conftest import SpaceFixture, new_settings, start_host  # noqa: E402
+from conftest import SpaceFixture  # noqa: E402
+from hostkit import new_settings, running_host  # noqa: E402
 
 from sumi.core import codec  # noqa: E402
 from sumi.core import records as r  # noqa: E402
@@ -238,11 +239,8 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         kafka = os.environ.get("SUMI_KAFKA_BOOTSTRAP") or stack.enter_context(KafkaBroker()).bootstrap
         db = os.environ.get("SUMI_DATABASE_URL") or stack.enter_context(PostgresServer()).url
-        host = start_host(new_settings(kafka, db))
-        try:
+        with running_host(new_settings(kafka, db)) as host:
             asyncio.run(bench(host))
-        finally:
-            host.supervisor.stop()  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
-from hostkit import Host, new_settings, start_host
+from hostkit import Host, new_settings, running_host
 
 from sumi.core import codec
 from sumi.core import records as r
@@ -19,11 +19,8 @@ QUEUE = "https://edge.forms.takoform.com/forms/AtLeastOnceQueue/0.2.0/"
 @pytest.fixture(scope="module")
 def own_host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
     # A Host of its own: killing its processor must not disturb other tests.
-    h = start_host(new_settings(kafka_bootstrap, database_url, decision_timeout=4.0))
-    try:
+    with running_host(new_settings(kafka_bootstrap, database_url, decision_timeout=4.0)) as h:
         yield h
-    finally:
-        h.supervisor.stop()  # type: ignore[attr-defined]
 
 
 async def _create(client: httpx.AsyncClient, space: str, name: str, key: str) -> httpx.Response:
@@ -58,7 +55,7 @@ async def test_sigkill_while_operations_are_in_flight(own_host: Host) -> None:
         async def killer() -> None:
             for _ in range(2):
                 await asyncio.sleep(0.3)
-                await asyncio.to_thread(own_host.supervisor.kill, "control")  # type: ignore[attr-defined]
+                await asyncio.to_thread(own_host.supervisor.kill, "control")
 
         first, _ = await asyncio.gather(
             asyncio.gather(*(_create(client, space, n, keys[n]) for n in names)), killer())
@@ -98,14 +95,14 @@ async def test_no_decision_in_time_is_503_and_the_retry_gets_the_same_operation(
     sup = own_host.supervisor
     async with httpx.AsyncClient(base_url=own_host.url, headers=admin, timeout=30) as client:
         assert (await client.post("/v2/spaces", json={"name": space})).status_code == 201
-        await asyncio.to_thread(sup.hold, "control")  # type: ignore[attr-defined]
+        await asyncio.to_thread(sup.hold, "control")
         try:
             lost = await _create(client, space, "q", "the-key")
             assert lost.status_code == 503
             assert lost.headers["content-type"].startswith("application/problem+json")
             assert lost.json()["code"] == "backend_unavailable"
         finally:
-            sup.release("control")  # type: ignore[attr-defined]
+            sup.release("control")
         for _ in range(20):
             again = await _create(client, space, "q", "the-key")
             if again.status_code == 202:

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from hostkit import Host, new_settings, start_host
+from hostkit import Host, new_settings, running_host
 
 from sumi.audit import replay_and_compare
 from sumi.projections import drop, migrate
@@ -19,11 +19,8 @@ QUEUE = "https://edge.forms.takoform.com/forms/AtLeastOnceQueue/0.2.0/"
 
 @pytest.fixture(scope="module")
 def own_host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
-    h = start_host(new_settings(kafka_bootstrap, database_url))
-    try:
+    with running_host(new_settings(kafka_bootstrap, database_url)) as h:
         yield h
-    finally:
-        h.supervisor.stop()  # type: ignore[attr-defined]
 
 
 def _snapshot(host: Host) -> dict[str, list[tuple[Any, ...]]]:
@@ -68,7 +65,7 @@ async def test_drop_and_rebuild_read_models_gives_the_same_rows(own_host: Host) 
     before = _snapshot(own_host)
     assert before["resources"] and before["decisions"] and before["queue_messages"]
     sup = own_host.supervisor
-    sup.kill("projections")  # type: ignore[attr-defined]  # the supervisor restarts it...
+    sup.kill("projections")  # the supervisor restarts it...
     await asyncio.to_thread(drop, own_host.settings.database_url, own_host.settings.db_schema)
     await asyncio.to_thread(migrate, own_host.settings.database_url, own_host.settings.db_schema)
     for _ in range(300):  # ...and it replays every topic from the beginning
