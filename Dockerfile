@@ -7,6 +7,6 @@ COPY pyproject.toml README.md ./
 COPY services services
 COPY projections projections
 COPY schemas schemas
-RUN pip install --no-cache-dir -e .
+RUN pip install --no-cache-dir .
 ENV SUMI_HTTP_HOST=0.0.0.0
 ENTRYPOINT ["sumi"]

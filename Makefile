@@ -14,6 +14,7 @@ test: $(VENV)/.ready
 
 lint: $(VENV)/.ready
 	$(BIN)/ruff check services projections tests
+	$(BIN)/mypy
 
 bench: $(VENV)/.ready
 	$(BIN)/python tests/bench/bench_runtime.py

@@ -12,7 +12,7 @@ import pytest
 from hostkit import Host, new_settings, running_host
 
 from sumi.audit import replay_and_compare
-from sumi.projections import drop, migrate
+from sumi_projections import drop, migrate
 
 QUEUE = "https://edge.forms.takoform.com/forms/AtLeastOnceQueue/0.2.0/"
 

@@ -1,9 +1,9 @@
 """Projections: stream processors that fold topics into Postgres read models."""
 
 from sumi.core.config import Settings
-from sumi.projections import control, queue
-from sumi.projections._migrate import drop, migrate
-from sumi.projections._runner import ProjectionRunner, run_all
+from sumi_projections import control, queue
+from sumi_projections._migrate import drop, migrate
+from sumi_projections._runner import ProjectionRunner, run_all
 
 
 def runners(settings: Settings) -> list[ProjectionRunner]:

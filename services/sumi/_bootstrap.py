@@ -14,7 +14,7 @@ from sumi.core import codec, ids
 from sumi.core.config import Settings
 from sumi.core.records import CommandSubmitted
 from sumi.core.topics import ADMIN_KEY, ensure_topics, partition_for
-from sumi.projections import migrate
+from sumi_projections import migrate
 
 
 async def prepare(settings: Settings) -> None:

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 # Each service is `async def serve(settings)` in its module; the gateway is uvicorn's.
 SERVICE_ENTRIES = {
     "control": "sumi.control._processor",
-    "projections": "sumi.projections",
+    "projections": "sumi_projections",
     "gateway": "sumi.gateway",
     "verifier": "sumi.runtime.verifier",
     "queue": "sumi.queue.engine",

@@ -9,7 +9,7 @@ import time
 import psycopg
 
 from sumi.core.config import Settings
-from sumi.projections import drop, migrate, runners
+from sumi_projections import drop, migrate, runners
 
 SKIP = {"projection_offsets", "projection_status", "schema_version"}
 

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from sumi.core import records as r
-from sumi.projections.control import ts
+from sumi_projections.control import ts
 
 Cursor = psycopg.AsyncCursor[Any]
 

@@ -11,7 +11,8 @@ import io
 import json
 from datetime import datetime
 from functools import cache
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any
 
 import fastavro
@@ -22,13 +23,16 @@ from sumi.core.records import RECORD_TYPES, Record
 MAGIC = b"\xc3\x01"
 
 
-def schemas_dir() -> Path:
-    # The repository's schemas/ in a checkout; the copy installed beside the package otherwise.
-    for candidate in (Path(__file__).resolve().parents[2] / "schemas",
-                      Path(__file__).resolve().parent / "schemas"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError("schemas/ not found")
+def schemas_dir() -> Traversable:
+    # Package data: the wheel carries schemas/ as sumi/schemas (a link to the top-level
+    # folder in a checkout), so an installed Host needs no source tree beside it.
+    return files("sumi") / "schemas"
+
+
+def _avsc(folder: Traversable) -> list[Traversable]:
+    if not folder.is_dir():  # schemas/history/ exists once a schema has been superseded
+        return []
+    return sorted((p for p in folder.iterdir() if p.name.endswith(".avsc")), key=lambda p: p.name)
 
 
 def _fp(parsed: dict[str, Any]) -> bytes:
@@ -41,12 +45,12 @@ def _registry() -> tuple[dict[str, dict[str, Any]], dict[bytes, dict[str, Any]]]
     by_fp: dict[bytes, dict[str, Any]] = {}
     header: dict[str, bytes] = _HEADERS
     root = schemas_dir()
-    for path in sorted(root.glob("*.avsc")):
+    for path in _avsc(root):
         parsed = parse_schema(json.loads(path.read_text()), _write_hint=False)
-        current[path.stem] = parsed
+        current[path.name.removesuffix(".avsc")] = parsed
         by_fp[_fp(parsed)] = parsed
-        header[path.stem] = MAGIC + _fp(parsed)
-    for path in sorted((root / "history").glob("*.avsc")):
+        header[path.name.removesuffix(".avsc")] = MAGIC + _fp(parsed)
+    for path in _avsc(root / "history"):
         parsed = parse_schema(json.loads(path.read_text()), _write_hint=False)
         by_fp[_fp(parsed)] = parsed
     return current, by_fp
