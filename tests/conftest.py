@@ -87,8 +87,11 @@ async def space(host: Host) -> AsyncIterator[SpaceFixture]:
         assert r.status_code == 201, r.text
         tokens = []
         for role in ("editor", "viewer"):
-            r = await client.post("/v2/tokens", headers=admin, json={
-                "principal": f"{role}-{name}", "grants": [{"space": name, "role": role}], "admin": False})
+            r = await client.post(
+                "/v2/tokens",
+                headers=admin,
+                json={"principal": f"{role}-{name}", "grants": [{"space": name, "role": role}], "admin": False},
+            )
             assert r.status_code == 201, r.text
             tokens.append(r.json()["token"])
     yield SpaceFixture(name, tokens[0], tokens[1])

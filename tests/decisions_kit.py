@@ -11,14 +11,22 @@ NOW = 1_700_000_000_000
 _ids = itertools.count()
 
 
-def command(kind: str, payload: dict[str, Any], *, space: str = "demo", cid: str | None = None,
-            key: str | None = None, fp: str | None = None, principal: str = "alice") -> r.CommandSubmitted:
-    return r.CommandSubmitted(cid or f"c{next(_ids)}", kind, space, principal, False, json.dumps(payload),
-                              NOW, key, fp)
+def command(
+    kind: str,
+    payload: dict[str, Any],
+    *,
+    space: str = "demo",
+    cid: str | None = None,
+    key: str | None = None,
+    fp: str | None = None,
+    principal: str = "alice",
+) -> r.CommandSubmitted:
+    return r.CommandSubmitted(cid or f"c{next(_ids)}", kind, space, principal, False, json.dumps(payload), NOW, key, fp)
 
 
-def run(state: ControlState, cmd: r.CommandSubmitted, followups: bool = True,
-        log: list[Any] | None = None) -> list[Any]:
+def run(
+    state: ControlState, cmd: r.CommandSubmitted, followups: bool = True, log: list[Any] | None = None
+) -> list[Any]:
     """Decide, fold, and carry out follow-ups; returns every record decided."""
     out: list[Any] = []
     todo = [cmd]

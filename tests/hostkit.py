@@ -15,8 +15,14 @@ def new_settings(kafka_bootstrap: str, database_url: str, **overrides: object) -
     """Settings for a Host of its own: fresh topics, fresh schema, a free port."""
     tag = uuid.uuid4().hex[:8]
     values: dict[str, object] = dict(
-        kafka_bootstrap=kafka_bootstrap, database_url=database_url, topic_prefix=f"t{tag}",
-        db_schema=f"s{tag}", partitions=3, http_port=free_port(), decision_timeout=10.0)
+        kafka_bootstrap=kafka_bootstrap,
+        database_url=database_url,
+        topic_prefix=f"t{tag}",
+        db_schema=f"s{tag}",
+        partitions=3,
+        http_port=free_port(),
+        decision_timeout=10.0,
+    )
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
 

@@ -14,8 +14,10 @@ def migrate(database_url: str, schema: str) -> None:
         try:
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             conn.execute(f'SET search_path TO "{schema}"')
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer PRIMARY KEY, "
-                         "applied_at timestamptz NOT NULL DEFAULT now())")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version (version integer PRIMARY KEY, "
+                "applied_at timestamptz NOT NULL DEFAULT now())"
+            )
             done = {row[0] for row in conn.execute("SELECT version FROM schema_version")}
             for path in sorted(MIGRATIONS.glob("*.sql")):
                 version = int(path.name.split("_", 1)[0])

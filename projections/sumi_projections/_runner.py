@@ -41,11 +41,14 @@ class ProjectionRunner:
     async def run(self, until: dict[int, int] | None = None) -> None:
         """Project forever, or (for the audit) exactly up to `until`'s next offsets."""
         conn = await psycopg.AsyncConnection.connect(
-            self.settings.database_url, autocommit=True,
-            options=f"-c search_path={self.settings.db_schema}")
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap,
-                                    isolation_level="read_committed", enable_auto_commit=False,
-                                    auto_offset_reset="earliest")
+            self.settings.database_url, autocommit=True, options=f"-c search_path={self.settings.db_schema}"
+        )
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
         await consumer.start()
         try:
             tps = [TopicPartition(self.topic, p) for p in await self._partitions(consumer)]
@@ -59,8 +62,7 @@ class ProjectionRunner:
             while until is None or not await self._reached(consumer, tps, until):
                 batch = await consumer.getmany(timeout_ms=200, max_records=1000)
                 if until is not None:
-                    batch = {tp: [m for m in ms if m.offset < until.get(tp.partition, 0)]
-                             for tp, ms in batch.items()}
+                    batch = {tp: [m for m in ms if m.offset < until.get(tp.partition, 0)] for tp, ms in batch.items()}
                     batch = {tp: ms for tp, ms in batch.items() if ms}
                 if batch:
                     await self._apply_batch(conn, batch)
@@ -88,11 +90,12 @@ class ProjectionRunner:
         self._marked = now
         await conn.execute(
             "INSERT INTO projection_status (projection, caught_up_at) VALUES (%s, now()) "
-            "ON CONFLICT (projection) DO UPDATE SET caught_up_at = now()", (self.name,))
+            "ON CONFLICT (projection) DO UPDATE SET caught_up_at = now()",
+            (self.name,),
+        )
 
     @staticmethod
-    async def _reached(consumer: AIOKafkaConsumer, tps: list[TopicPartition],
-                       until: dict[int, int]) -> bool:
+    async def _reached(consumer: AIOKafkaConsumer, tps: list[TopicPartition], until: dict[int, int]) -> bool:
         for tp in tps:
             if await consumer.position(tp) < until.get(tp.partition, 0):
                 return False
@@ -108,9 +111,12 @@ class ProjectionRunner:
         raise RuntimeError(f"topic {self.topic} has no partitions")
 
     async def _stored_offsets(self, conn: psycopg.AsyncConnection[Any]) -> dict[int, int]:
-        rows = await (await conn.execute(
-            "SELECT partition, next_offset FROM projection_offsets WHERE projection = %s AND topic = %s",
-            (self.name, self.topic))).fetchall()
+        rows = await (
+            await conn.execute(
+                "SELECT partition, next_offset FROM projection_offsets WHERE projection = %s AND topic = %s",
+                (self.name, self.topic),
+            )
+        ).fetchall()
         return {p: o for p, o in rows}
 
     async def _apply_batch(self, conn: psycopg.AsyncConnection[Any], batch: dict[TopicPartition, list[Any]]) -> None:
@@ -118,8 +124,7 @@ class ProjectionRunner:
             async with conn.cursor() as cur:
                 for tp, messages in batch.items():
                     if self.apply_many is not None:
-                        await self.apply_many(cur, [(codec.decode(m.value), tp.partition, m.offset)
-                                                    for m in messages])
+                        await self.apply_many(cur, [(codec.decode(m.value), tp.partition, m.offset) for m in messages])
                     else:
                         for m in messages:
                             await self.apply(cur, codec.decode(m.value), tp.partition, m.offset)
@@ -127,7 +132,8 @@ class ProjectionRunner:
                         "INSERT INTO projection_offsets (projection, topic, partition, next_offset) "
                         "VALUES (%s, %s, %s, %s) ON CONFLICT (projection, topic, partition) "
                         "DO UPDATE SET next_offset = EXCLUDED.next_offset",
-                        (self.name, self.topic, tp.partition, messages[-1].offset + 1))
+                        (self.name, self.topic, tp.partition, messages[-1].offset + 1),
+                    )
 
 
 async def run_all(runners: list[ProjectionRunner]) -> None:

@@ -21,8 +21,9 @@ async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
 
 
 async def _space_created(cur: Cursor, rec: r.SpaceCreated) -> None:
-    await cur.execute("INSERT INTO spaces (name, created_at) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                      (rec.space, ts(rec.createdAt)))
+    await cur.execute(
+        "INSERT INTO spaces (name, created_at) VALUES (%s, %s) ON CONFLICT DO NOTHING", (rec.space, ts(rec.createdAt))
+    )
 
 
 async def _space_deleted(cur: Cursor, rec: r.SpaceDeleted) -> None:
@@ -33,12 +34,15 @@ async def _space_deleted(cur: Cursor, rec: r.SpaceDeleted) -> None:
 async def _token_issued(cur: Cursor, rec: r.TokenIssued) -> None:
     await cur.execute(
         "INSERT INTO tokens (token_hash, principal, admin, issued_at) VALUES (%s, %s, %s, %s) "
-        "ON CONFLICT (token_hash) DO NOTHING", (rec.tokenHash, rec.principal, rec.admin, ts(rec.issuedAt)))
+        "ON CONFLICT (token_hash) DO NOTHING",
+        (rec.tokenHash, rec.principal, rec.admin, ts(rec.issuedAt)),
+    )
     # A principal's grants are those of its latest token.
     await cur.execute("DELETE FROM grants WHERE principal = %s", (rec.principal,))
     for g in rec.grants:
-        await cur.execute("INSERT INTO grants (principal, space, role) VALUES (%s, %s, %s)",
-                          (rec.principal, g["space"], g["role"]))
+        await cur.execute(
+            "INSERT INTO grants (principal, space, role) VALUES (%s, %s, %s)", (rec.principal, g["space"], g["role"])
+        )
 
 
 async def _tokens_revoked(cur: Cursor, rec: r.TokensRevoked) -> None:
@@ -50,18 +54,21 @@ async def _resource_created(cur: Cursor, rec: r.ResourceCreated) -> None:
     await cur.execute(
         "INSERT INTO resources (uid, space, name, form, generation, state, spec, created_at, updated_at) "
         "VALUES (%s, %s, %s, %s, %s, 'creating', %s, %s, %s) ON CONFLICT (uid) DO NOTHING",
-        (rec.uid, rec.space, rec.name, rec.form, rec.generation, rec.spec, ts(rec.createdAt),
-         ts(rec.createdAt)))
+        (rec.uid, rec.space, rec.name, rec.form, rec.generation, rec.spec, ts(rec.createdAt), ts(rec.createdAt)),
+    )
 
 
 async def _resource_updated(cur: Cursor, rec: r.ResourceUpdated) -> None:
-    await cur.execute("UPDATE resources SET spec = %s, generation = %s, updated_at = %s WHERE uid = %s",
-                      (rec.spec, rec.generation, ts(rec.updatedAt), rec.uid))
+    await cur.execute(
+        "UPDATE resources SET spec = %s, generation = %s, updated_at = %s WHERE uid = %s",
+        (rec.spec, rec.generation, ts(rec.updatedAt), rec.uid),
+    )
 
 
 async def _resource_state(cur: Cursor, rec: r.ResourceStateChanged) -> None:
-    await cur.execute("UPDATE resources SET state = %s, updated_at = %s WHERE uid = %s",
-                      (rec.state, ts(rec.at), rec.uid))
+    await cur.execute(
+        "UPDATE resources SET state = %s, updated_at = %s WHERE uid = %s", (rec.state, ts(rec.at), rec.uid)
+    )
 
 
 async def _resource_observed(cur: Cursor, rec: r.ResourceObserved) -> None:
@@ -77,13 +84,24 @@ async def _operation_started(cur: Cursor, rec: r.OperationStarted) -> None:
         "INSERT INTO operations (id, kind, space, resource_uid, generation, principal, state, effect, "
         "created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, 'pending', 'none', %s, %s) "
         "ON CONFLICT (id) DO NOTHING",
-        (rec.id, rec.kind, rec.space, rec.resourceUid, rec.generation, rec.principal,
-         ts(rec.createdAt), ts(rec.createdAt)))
+        (
+            rec.id,
+            rec.kind,
+            rec.space,
+            rec.resourceUid,
+            rec.generation,
+            rec.principal,
+            ts(rec.createdAt),
+            ts(rec.createdAt),
+        ),
+    )
 
 
 async def _operation_state(cur: Cursor, rec: r.OperationStateChanged) -> None:
-    await cur.execute("UPDATE operations SET state = %s, effect = %s, error = %s, updated_at = %s "
-                      "WHERE id = %s", (rec.state, rec.effect, rec.error, ts(rec.at), rec.id))
+    await cur.execute(
+        "UPDATE operations SET state = %s, effect = %s, error = %s, updated_at = %s WHERE id = %s",
+        (rec.state, rec.effect, rec.error, ts(rec.at), rec.id),
+    )
 
 
 async def _command_decided(cur: Cursor, rec: r.CommandDecided) -> None:
@@ -91,15 +109,32 @@ async def _command_decided(cur: Cursor, rec: r.CommandDecided) -> None:
         "INSERT INTO decisions (command_id, space, principal, kind, accepted, status, operation_id, "
         "problem, result, decided_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
         "ON CONFLICT (command_id) DO NOTHING",
-        (rec.commandId, rec.space, rec.principal, rec.kind, rec.accepted, rec.status, rec.operationId,
-         rec.problem, rec.result, ts(rec.decidedAt)))
+        (
+            rec.commandId,
+            rec.space,
+            rec.principal,
+            rec.kind,
+            rec.accepted,
+            rec.status,
+            rec.operationId,
+            rec.problem,
+            rec.result,
+            ts(rec.decidedAt),
+        ),
+    )
 
 
 _HANDLERS: dict[type, Any] = {
-    r.SpaceCreated: _space_created, r.SpaceDeleted: _space_deleted,
-    r.TokenIssued: _token_issued, r.TokensRevoked: _tokens_revoked,
-    r.ResourceCreated: _resource_created, r.ResourceUpdated: _resource_updated,
-    r.ResourceStateChanged: _resource_state, r.ResourceObserved: _resource_observed,
-    r.ResourceDeleted: _resource_deleted, r.OperationStarted: _operation_started,
-    r.OperationStateChanged: _operation_state, r.CommandDecided: _command_decided,
+    r.SpaceCreated: _space_created,
+    r.SpaceDeleted: _space_deleted,
+    r.TokenIssued: _token_issued,
+    r.TokensRevoked: _tokens_revoked,
+    r.ResourceCreated: _resource_created,
+    r.ResourceUpdated: _resource_updated,
+    r.ResourceStateChanged: _resource_state,
+    r.ResourceObserved: _resource_observed,
+    r.ResourceDeleted: _resource_deleted,
+    r.OperationStarted: _operation_started,
+    r.OperationStateChanged: _operation_state,
+    r.CommandDecided: _command_decided,
 }

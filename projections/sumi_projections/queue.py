@@ -33,7 +33,8 @@ _ACCEPT = (
     "SELECT id, q, s, b, n, a, v, p, o, pr, k, o FROM unnest(%b::text[], %b::text[], %b::text[], "
     "%b::bytea[], %b::int[], %b::timestamptz[], %b::timestamptz[], %b::int[], %b::bigint[], "
     "%b::text[], %b::text[]) AS u(id, q, s, b, n, a, v, p, o, pr, k) "
-    "ON CONFLICT (message_id) DO NOTHING")
+    "ON CONFLICT (message_id) DO NOTHING"
+)
 _ACCEPT_CHUNK = 200  # rows per statement: bounds the bodies' bytes in one statement
 
 
@@ -53,15 +54,29 @@ async def apply_many(cur: Cursor, records: list[tuple[Any, int, int]]) -> None:
 
 async def _accept(cur: Cursor, run: list[tuple[Any, int, int]]) -> None:
     for start in range(0, len(run), _ACCEPT_CHUNK):
-        await _insert(cur, run[start:start + _ACCEPT_CHUNK])
+        await _insert(cur, run[start : start + _ACCEPT_CHUNK])
 
 
 async def _insert(cur: Cursor, run: list[tuple[Any, int, int]]) -> None:
     columns: tuple[list[Any], ...] = tuple([] for _ in range(11))
     for rec, partition, offset in run:
-        for column, value in zip(columns, (
-                rec.messageId, rec.queueUid, rec.space, rec.body, len(rec.body), ts(rec.acceptedAt),
-                ts(rec.visibleAt), partition, offset, rec.principal, rec.idempotencyKey), strict=True):
+        for column, value in zip(
+            columns,
+            (
+                rec.messageId,
+                rec.queueUid,
+                rec.space,
+                rec.body,
+                len(rec.body),
+                ts(rec.acceptedAt),
+                ts(rec.visibleAt),
+                partition,
+                offset,
+                rec.principal,
+                rec.idempotencyKey,
+            ),
+            strict=True,
+        ):
             column.append(value)
     await cur.execute(_ACCEPT, columns)
 
@@ -75,19 +90,34 @@ async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
             "batch_id = %s, last_offset = %s "
             "FROM unnest(%s::text[], %s::int[]) AS u(id, attempt) "
             "WHERE m.message_id = u.id AND m.last_offset < %s",
-            (rec.batchId, offset, list(rec.messageIds), list(rec.attempts), offset))
+            (rec.batchId, offset, list(rec.messageIds), list(rec.attempts), offset),
+        )
     elif isinstance(rec, r.MessageRetryScheduled):
-        await _count(cur, rec.queueUid, "retried", await _changed(
-            cur, "UPDATE queue_messages SET state = 'pending', visible_at = %s, attempts = %s, "
-                 "batch_id = NULL, last_offset = %s WHERE message_id = %s AND last_offset < %s",
-            (ts(rec.visibleAt), rec.attempt, offset, rec.messageId, offset)))
+        await _count(
+            cur,
+            rec.queueUid,
+            "retried",
+            await _changed(
+                cur,
+                "UPDATE queue_messages SET state = 'pending', visible_at = %s, attempts = %s, "
+                "batch_id = NULL, last_offset = %s WHERE message_id = %s AND last_offset < %s",
+                (ts(rec.visibleAt), rec.attempt, offset, rec.messageId, offset),
+            ),
+        )
     elif type(rec) in _SETTLED:
         state, counter = _SETTLED[type(rec)]
         ids = list(rec.messageIds) if isinstance(rec, r.MessagesAcknowledged) else [rec.messageId]
-        await _count(cur, rec.queueUid, counter, await _changed(
-            cur, "UPDATE queue_messages SET state = %s, batch_id = NULL, last_offset = %s "
-                 "WHERE message_id = ANY(%s) AND last_offset < %s",
-            (state, offset, ids, offset)))
+        await _count(
+            cur,
+            rec.queueUid,
+            counter,
+            await _changed(
+                cur,
+                "UPDATE queue_messages SET state = %s, batch_id = NULL, last_offset = %s "
+                "WHERE message_id = ANY(%s) AND last_offset < %s",
+                (state, offset, ids, offset),
+            ),
+        )
     elif isinstance(rec, r.QueuePurged):
         # Deleting a queue deletes its messages (they are its data).
         await cur.execute("DELETE FROM queue_messages WHERE queue_uid = %s", (rec.queueUid,))
@@ -100,9 +130,11 @@ async def _changed(cur: Cursor, sql: str, params: tuple[Any, ...]) -> int:
 
 
 _COUNTER_SQL = {
-    column: (f"INSERT INTO queue_counters (queue_uid, {column}) VALUES (%s, %s) "
-             f"ON CONFLICT (queue_uid) DO UPDATE SET {column} = queue_counters.{column} + "
-             f"EXCLUDED.{column}")
+    column: (
+        f"INSERT INTO queue_counters (queue_uid, {column}) VALUES (%s, %s) "
+        f"ON CONFLICT (queue_uid) DO UPDATE SET {column} = queue_counters.{column} + "
+        f"EXCLUDED.{column}"
+    )
     for column in ("acknowledged", "retried", "dead_lettered", "discarded")
 }
 

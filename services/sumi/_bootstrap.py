@@ -39,29 +39,32 @@ async def issue_admin_token(settings: Settings, token: str, timeout: float = 60.
     """Issue `token` to principal `admin` through the control log, unless it is known already."""
     token_hash = hashlib.sha256(token.encode()).hexdigest()
     async with await psycopg.AsyncConnection.connect(
-            settings.database_url, autocommit=True,
-            options=f"-c search_path={settings.db_schema}") as conn:
-        known = await (await conn.execute("SELECT 1 FROM tokens WHERE token_hash = %s",
-                                          (token_hash,))).fetchone()
+        settings.database_url, autocommit=True, options=f"-c search_path={settings.db_schema}"
+    ) as conn:
+        known = await (await conn.execute("SELECT 1 FROM tokens WHERE token_hash = %s", (token_hash,))).fetchone()
         if known:
             return
         command_id = ids.new_ulid()
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all",
-                                    enable_idempotence=True)
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True)
         await producer.start()
         try:
             payload = {"principal": "admin", "grants": [], "admin": True, "tokenHash": token_hash}
-            cmd = CommandSubmitted(command_id, "token.create", "", "admin", True,
-                                   json.dumps(payload), int(time.time() * 1000))
-            await producer.send_and_wait(settings.topic("commands"), codec.encode(cmd),
-                                         key=ADMIN_KEY.encode(),
-                                         partition=partition_for(ADMIN_KEY, settings.partitions))
+            cmd = CommandSubmitted(
+                command_id, "token.create", "", "admin", True, json.dumps(payload), int(time.time() * 1000)
+            )
+            await producer.send_and_wait(
+                settings.topic("commands"),
+                codec.encode(cmd),
+                key=ADMIN_KEY.encode(),
+                partition=partition_for(ADMIN_KEY, settings.partitions),
+            )
         finally:
             await producer.stop()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            row = await (await conn.execute("SELECT accepted FROM decisions WHERE command_id = %s",
-                                            (command_id,))).fetchone()
+            row = await (
+                await conn.execute("SELECT accepted FROM decisions WHERE command_id = %s", (command_id,))
+            ).fetchone()
             if row:
                 return
             await asyncio.sleep(0.05)

@@ -19,8 +19,9 @@ async def replay_and_compare(settings: Settings, timeout: float = 120.0) -> list
     await asyncio.to_thread(migrate, settings.database_url, replay.db_schema)
     try:
         targets = await _live_offsets(settings)
-        await asyncio.wait_for(asyncio.gather(*(
-            r.run(until=targets.get((r.name, r.topic), {})) for r in runners(replay))), timeout)
+        await asyncio.wait_for(
+            asyncio.gather(*(r.run(until=targets.get((r.name, r.topic), {})) for r in runners(replay))), timeout
+        )
         return await _differences(settings, settings.db_schema, replay.db_schema)
     finally:
         await asyncio.to_thread(drop, settings.database_url, replay.db_schema)
@@ -28,9 +29,11 @@ async def replay_and_compare(settings: Settings, timeout: float = 120.0) -> list
 
 async def _live_offsets(settings: Settings) -> dict[tuple[str, str], dict[int, int]]:
     async with await psycopg.AsyncConnection.connect(settings.database_url) as conn:
-        rows = await (await conn.execute(
-            f'SELECT projection, topic, partition, next_offset FROM "{settings.db_schema}".projection_offsets'
-        )).fetchall()
+        rows = await (
+            await conn.execute(
+                f'SELECT projection, topic, partition, next_offset FROM "{settings.db_schema}".projection_offsets'
+            )
+        ).fetchall()
     out: dict[tuple[str, str], dict[int, int]] = {}
     for name, topic, partition, offset in rows:
         out.setdefault((name, topic), {})[partition] = offset
@@ -40,14 +43,23 @@ async def _live_offsets(settings: Settings) -> dict[tuple[str, str], dict[int, i
 async def _differences(settings: Settings, live: str, replay: str) -> list[str]:
     out = []
     async with await psycopg.AsyncConnection.connect(settings.database_url) as conn:
-        tables = [t for (t,) in await (await conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
-            (live,))).fetchall() if t not in SKIP]
+        tables = [
+            t
+            for (t,) in await (
+                await conn.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1", (live,)
+                )
+            ).fetchall()
+            if t not in SKIP
+        ]
         for table in tables:
             for a, b in ((live, replay), (replay, live)):
-                rows = await (await conn.execute(
-                    f'SELECT count(*) FROM (SELECT * FROM "{a}"."{table}" EXCEPT ALL '
-                    f'SELECT * FROM "{b}"."{table}") d')).fetchone()
+                rows = await (
+                    await conn.execute(
+                        f'SELECT count(*) FROM (SELECT * FROM "{a}"."{table}" EXCEPT ALL '
+                        f'SELECT * FROM "{b}"."{table}") d'
+                    )
+                ).fetchone()
                 if rows and rows[0]:
                     out.append(f"{table}: {rows[0]} rows in {a} not in {b}")
     return out

@@ -18,22 +18,27 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("up", help="start Kafka, Postgres and every service; Ctrl-C stops them all")
     serve = sub.add_parser("serve", help="run one service in the foreground")
     serve.add_argument("service", choices=list(SERVICE_ENTRIES))
-    deploy = sub.add_parser("deploy", help="upload a directory of modules as a new WorkerVersion "
-                                           "and move the worker's Deployment to it")
+    deploy = sub.add_parser(
+        "deploy", help="upload a directory of modules as a new WorkerVersion and move the worker's Deployment to it"
+    )
     deploy.add_argument("directory")
     deploy.add_argument("--worker", required=True)
     deploy.add_argument("--space", required=True)
     deploy.add_argument("--url", default=os.environ.get("SUMI_URL", "http://127.0.0.1:8080"))
     deploy.add_argument("--token", default=os.environ.get("SUMI_TOKEN"))
     deploy.add_argument("--main", default=None, help="the main module (default: worker.js / worker.py)")
-    sub.add_parser("bootstrap", help="create topics and read models and issue the admin token "
-                                      "(what `up` does first; for compose and clusters)")
-    replay = sub.add_parser("replay", help="rebuild the read models from the topics into a fresh "
-                                           "schema and compare them with the live one")
+    sub.add_parser(
+        "bootstrap",
+        help="create topics and read models and issue the admin token (what `up` does first; for compose and clusters)",
+    )
+    replay = sub.add_parser(
+        "replay", help="rebuild the read models from the topics into a fresh schema and compare them with the live one"
+    )
     replay.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("SUMI_LOG_LEVEL", "WARNING"),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("SUMI_LOG_LEVEL", "WARNING"), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     if args.command == "up":
         return _up()
     if args.command == "serve":
@@ -74,8 +79,7 @@ def _serve(service: str) -> int:
 
         from sumi.gateway import create_app
 
-        uvicorn.run(create_app(settings), host=settings.http_host, port=settings.http_port,
-                    log_level="warning")
+        uvicorn.run(create_app(settings), host=settings.http_host, port=settings.http_port, log_level="warning")
         return 0
     from sumi._bootstrap import prepare
 
@@ -93,8 +97,11 @@ def _bootstrap_only() -> int:
     settings = Settings.from_env()
     asyncio.run(prepare(settings))
     state = Path(settings.state_dir)
-    token, new = admin_token(settings, os.environ.get("SUMI_ADMIN_TOKEN"),
-                             Path(os.environ.get("SUMI_ADMIN_TOKEN_FILE", state / "admin-token")))
+    token, new = admin_token(
+        settings,
+        os.environ.get("SUMI_ADMIN_TOKEN"),
+        Path(os.environ.get("SUMI_ADMIN_TOKEN_FILE", state / "admin-token")),
+    )
     asyncio.run(issue_admin_token(settings, token, timeout=120))
     print(f"sumi: admin token {token}" if new else "sumi: admin token issued")
     return 0
@@ -123,8 +130,11 @@ def _up() -> int:
         os.environ.update(env)
         settings = Settings.from_env()
         asyncio.run(prepare(settings))
-        token, new = admin_token(settings, os.environ.get("SUMI_ADMIN_TOKEN"),
-                                 Path(os.environ.get("SUMI_ADMIN_TOKEN_FILE", state / "admin-token")))
+        token, new = admin_token(
+            settings,
+            os.environ.get("SUMI_ADMIN_TOKEN"),
+            Path(os.environ.get("SUMI_ADMIN_TOKEN_FILE", state / "admin-token")),
+        )
         supervisor = Supervisor(settings, env).start()
         try:
             asyncio.run(issue_admin_token(settings, token))

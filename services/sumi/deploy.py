@@ -100,8 +100,7 @@ def read_config(directory: Path) -> dict[str, Any]:
     unknown = sorted(set(config) - CONFIG_KEYS)
     if unknown:
         raise DeployError(
-            f"{path}: unknown keys {', '.join(unknown)} "
-            f"(allowed: {', '.join(sorted(CONFIG_KEYS))})",
+            f"{path}: unknown keys {', '.join(unknown)} (allowed: {', '.join(sorted(CONFIG_KEYS))})",
             code=2,
         )
     return config
@@ -110,9 +109,7 @@ def read_config(directory: Path) -> dict[str, Any]:
 def runtime_of(modules: list[dict[str, str]]) -> str:
     runtimes = {EXTENSIONS[Path(m["name"]).suffix] for m in modules}
     if len(runtimes) != 1:
-        raise DeployError(
-            "the directory mixes JavaScript and Python modules; a worker has one runtime", code=2
-        )
+        raise DeployError("the directory mixes JavaScript and Python modules; a worker has one runtime", code=2)
     return runtimes.pop()
 
 
@@ -120,9 +117,7 @@ def main_module(modules: list[dict[str, str]], runtime: str, explicit: str | Non
     names = [m["name"] for m in modules]
     if explicit:
         if explicit not in names:
-            raise DeployError(
-                f"the main module {explicit} is not among the modules: {', '.join(names)}", code=2
-            )
+            raise DeployError(f"the main module {explicit} is not among the modules: {', '.join(names)}", code=2)
         return explicit
     if len(names) == 1:
         return names[0]
@@ -130,8 +125,7 @@ def main_module(modules: list[dict[str, str]], runtime: str, explicit: str | Non
         if candidate in names:
             return candidate
     raise DeployError(
-        f"cannot tell the main module among {', '.join(names)}; "
-        "name it with --main or sumi.json's mainModule",
+        f"cannot tell the main module among {', '.join(names)}; name it with --main or sumi.json's mainModule",
         code=2,
     )
 
@@ -141,9 +135,7 @@ def main_module(modules: list[dict[str, str]], runtime: str, explicit: str | Non
 
 class Api:
     def __init__(self, url: str, token: str, space: str) -> None:
-        self.client = httpx.Client(
-            base_url=url.rstrip("/"), timeout=90, headers={"Authorization": f"Bearer {token}"}
-        )
+        self.client = httpx.Client(base_url=url.rstrip("/"), timeout=90, headers={"Authorization": f"Bearer {token}"})
         self.space = space
 
     def close(self) -> None:
@@ -161,14 +153,10 @@ class Api:
         headers = {"Idempotency-Key": str(uuid.uuid4())} if write else {}
         for attempt in range(4):
             try:
-                response = self.client.request(
-                    method, path, json=body, params=params, headers=headers
-                )
+                response = self.client.request(method, path, json=body, params=params, headers=headers)
             except httpx.HTTPError as exc:
                 if attempt == 3 or not write:
-                    raise DeployError(
-                        f"cannot reach the Host at {self.client.base_url}: {exc}"
-                    ) from exc
+                    raise DeployError(f"cannot reach the Host at {self.client.base_url}: {exc}") from exc
                 time.sleep(0.5 * (attempt + 1))
                 continue  # same Idempotency-Key: the same Operation, never a second one
             if response.status_code == 503 and attempt < 3:
@@ -219,9 +207,7 @@ class Api:
         return self.wait(self.expect(response, f"creating {what}", 202), f"creating {what}")
 
     def update(self, uid: str, spec: dict[str, Any], what: str) -> dict[str, Any]:
-        response = self.call(
-            "PUT", f"/v2/spaces/{self.space}/resources/{uid}", {"spec": spec}, write=True
-        )
+        response = self.call("PUT", f"/v2/spaces/{self.space}/resources/{uid}", {"spec": spec}, write=True)
         return self.wait(self.expect(response, f"updating {what}", 202), f"updating {what}")
 
     def wait(self, operation: dict[str, Any], what: str) -> dict[str, Any]:
@@ -229,8 +215,7 @@ class Api:
         while operation["state"] not in ("succeeded", "failed"):
             if time.monotonic() > deadline:
                 raise DeployError(
-                    f"{what}: Operation {operation['id']} is still {operation['state']} "
-                    f"after {OPERATION_TIMEOUT:.0f}s"
+                    f"{what}: Operation {operation['id']} is still {operation['state']} after {OPERATION_TIMEOUT:.0f}s"
                 )
             operation = self.expect(
                 self.call("GET", f"/v2/operations/{operation['id']}", params={"wait": 60}),
@@ -238,9 +223,7 @@ class Api:
                 200,
             )
         if operation["state"] == "failed":
-            raise DeployError(
-                f"{what} failed (Operation {operation['id']})", operation.get("error")
-            )
+            raise DeployError(f"{what} failed (Operation {operation['id']})", operation.get("error"))
         return operation
 
 
@@ -267,8 +250,7 @@ def resolve_bindings(api: Api, config: dict[str, Any]) -> dict[str, Any]:
                     found = api.one(form, ref)
                     if found is None:
                         raise DeployError(
-                            f"sumi.json: {key}[{i}] names {target} {ref!r}, which "
-                            f"is not in the Space {api.space}"
+                            f"sumi.json: {key}[{i}] names {target} {ref!r}, which is not in the Space {api.space}"
                         )
                     ref = {"resourceUid": found["uid"]}
             resolved.append({**binding, target: ref})
@@ -278,9 +260,7 @@ def resolve_bindings(api: Api, config: dict[str, Any]) -> dict[str, Any]:
 
 def next_version_number(api: Api, worker: str) -> int:
     pattern = re.compile(rf"^{re.escape(worker)}-v(\d+)$")
-    numbers = [
-        int(m.group(1)) for r in api.resources(WORKER_VERSION) if (m := pattern.match(r["name"]))
-    ]
+    numbers = [int(m.group(1)) for r in api.resources(WORKER_VERSION) if (m := pattern.match(r["name"]))]
     return max(numbers, default=0) + 1
 
 
@@ -359,8 +339,7 @@ def run(args: argparse.Namespace) -> str:
             raise DeployError(f"the Version {name} was created but cannot be read back")
         observed = version.get("observed") or {}
         _say(
-            f"{name} verified: handlers {observed.get('handlers')}, "
-            f"workflow classes {observed.get('workflowClasses')}"
+            f"{name} verified: handlers {observed.get('handlers')}, workflow classes {observed.get('workflowClasses')}"
         )
 
         allocation = {

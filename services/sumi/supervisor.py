@@ -33,8 +33,13 @@ def available_services() -> tuple[str, ...]:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, env: dict[str, str] | None = None,
-                 services: tuple[str, ...] | None = None, restart: bool = True) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        env: dict[str, str] | None = None,
+        services: tuple[str, ...] | None = None,
+        restart: bool = True,
+    ) -> None:
         self.settings = settings
         self.env = {**os.environ, **settings.to_env(), **(env or {})}
         self.services = services or available_services()
@@ -57,8 +62,9 @@ class Supervisor:
         return self
 
     def start_service(self, name: str) -> None:
-        self.procs[name] = subprocess.Popen([sys.executable, "-m", "sumi.cli", "serve", name],
-                                            env=self.env, start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "sumi.cli", "serve", name], env=self.env, start_new_session=True
+        )
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.procs[name]

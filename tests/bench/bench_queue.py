@@ -59,11 +59,16 @@ async def raw_kafka(bootstrap: str) -> float:
     await admin.start()
     await admin.create_topics([NewTopic(topic, 3, 1)])
     await admin.close()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
-                                linger_ms=5, max_batch_size=1 << 20)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                auto_offset_reset="earliest", enable_auto_commit=False,
-                                fetch_max_wait_ms=20)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5, max_batch_size=1 << 20
+    )
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=20,
+    )
     await producer.start()
     await consumer.start()
     consumer.subscribe([topic])
@@ -101,9 +106,12 @@ class AckWatcher:
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap,
-                                         isolation_level="read_committed",
-                                         enable_auto_commit=False, fetch_max_wait_ms=5)
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            fetch_max_wait_ms=5,
+        )
         await self.consumer.start()
         topic = self.settings.topic("queue")
         tps = [TopicPartition(topic, p) for p in range(self.settings.partitions)]
@@ -140,9 +148,11 @@ def send_body(n: int) -> bytes:
 
 async def send(api: Api, queue: str, n: int, sent: dict[str, float]) -> None:
     t = time.perf_counter()
-    resp = await api.c.post(f"/v2/spaces/{api.space}/queues/{queue}/messages",
-                            headers={**api.h, "content-type": "application/json"},
-                            content=send_body(n))
+    resp = await api.c.post(
+        f"/v2/spaces/{api.space}/queues/{queue}/messages",
+        headers={**api.h, "content-type": "application/json"},
+        content=send_body(n),
+    )
     assert resp.status_code == 202, resp.text
     for mid in resp.json()["messageIds"]:
         sent[mid] = t
@@ -205,12 +215,14 @@ async def offered_rate(api: Api, watcher: AckWatcher) -> list[float]:
 
 async def bench(host: Any) -> None:
     admin = {"Authorization": f"Bearer {host.admin_token}"}
-    async with httpx.AsyncClient(base_url=host.url, timeout=60,
-                                 limits=httpx.Limits(max_connections=64)) as client:
+    async with httpx.AsyncClient(base_url=host.url, timeout=60, limits=httpx.Limits(max_connections=64)) as client:
         name = "bench-" + uuid.uuid4().hex[:8]
         assert (await client.post("/v2/spaces", json={"name": name}, headers=admin)).status_code == 201
-        resp = await client.post("/v2/tokens", headers=admin, json={
-            "principal": f"ed-{name}", "grants": [{"space": name, "role": "editor"}], "admin": False})
+        resp = await client.post(
+            "/v2/tokens",
+            headers=admin,
+            json={"principal": f"ed-{name}", "grants": [{"space": name, "role": "editor"}], "admin": False},
+        )
         api = Api(client, SpaceFixture(name, resp.json()["token"], ""))
         raw = await raw_kafka(host.settings.kafka_bootstrap)
         watcher = AckWatcher(host.settings)
@@ -222,15 +234,20 @@ async def bench(host: Any) -> None:
             await watcher.stop()
     print()
     print(f"(a) raw aiokafka produce->consume, 1 KiB, acks=all: {raw:10.0f} msg/s  (n={RAW_N})")
-    print(f"(b) sumi HTTP send -> JS handler -> ack committed:   {e2e:10.0f} msg/s  (n={E2E_N}, "
-          f"{SENDERS} senders, maxBatchSize 100, maxConcurrency 10)")
-    print(f"    latency p50 {pct(lat, 50):8.1f} ms   p99 {pct(lat, 99):8.1f} ms   "
-          f"mean {statistics.fmean(lat):8.1f} ms")
+    print(
+        f"(b) sumi HTTP send -> JS handler -> ack committed:   {e2e:10.0f} msg/s  (n={E2E_N}, "
+        f"{SENDERS} senders, maxBatchSize 100, maxConcurrency 10)"
+    )
+    print(f"    latency p50 {pct(lat, 50):8.1f} ms   p99 {pct(lat, 99):8.1f} ms   mean {statistics.fmean(lat):8.1f} ms")
     print(f"(c) ratio b/a: {e2e / raw:.3f}")
-    print(f"(d) at {RATE} msg/s offered for {RATE_SECONDS}s: latency p50 {pct(rate_lat, 50):.1f} ms"
-          f"   p99 {pct(rate_lat, 99):.1f} ms")
-    print(f"targets: >= 5000 msg/s end to end: {'met' if e2e >= 5000 else 'NOT met'}; "
-          f"p50 < 100 ms at 1000 msg/s: {'met' if pct(rate_lat, 50) < 100 else 'NOT met'}")
+    print(
+        f"(d) at {RATE} msg/s offered for {RATE_SECONDS}s: latency p50 {pct(rate_lat, 50):.1f} ms"
+        f"   p99 {pct(rate_lat, 99):.1f} ms"
+    )
+    print(
+        f"targets: >= 5000 msg/s end to end: {'met' if e2e >= 5000 else 'NOT met'}; "
+        f"p50 < 100 ms at 1000 msg/s: {'met' if pct(rate_lat, 50) < 100 else 'NOT met'}"
+    )
 
 
 def main() -> None:

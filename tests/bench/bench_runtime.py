@@ -103,10 +103,8 @@ async def measure(runtime: Any, modules: list[Module], main: str, starts: int) -
 
 def floor(argv: list[str], script: str, starts: int) -> dict[str, Any]:
     code = script % {"starts": starts, "rtts": ROUND_TRIPS, "calls": THROUGHPUT_CALLS}
-    out = json.loads(subprocess.run([*argv, code], capture_output=True, text=True, check=True,
-                                    timeout=60).stdout)
-    return {"starts": out["starts"], "rtts": out["rtts"],
-            "throughput": THROUGHPUT_CALLS / out["throughputSeconds"]}
+    out = json.loads(subprocess.run([*argv, code], capture_output=True, text=True, check=True, timeout=60).stdout)
+    return {"starts": out["starts"], "rtts": out["rtts"], "throughput": THROUGHPUT_CALLS / out["throughputSeconds"]}
 
 
 def report(name: str, got: dict[str, Any], base: dict[str, Any]) -> None:
@@ -126,8 +124,11 @@ def report(name: str, got: dict[str, Any], base: dict[str, Any]) -> None:
 
 async def main() -> None:
     js = await measure(JsRuntime(), [Module("w.js", JS_WORKER)], "w.js", STARTS["js"])
-    report("javascript (worker thread per context, Node.js)", js,
-           floor(["node", "--input-type=module", "-e"], JS_FLOOR, STARTS["js"]))
+    report(
+        "javascript (worker thread per context, Node.js)",
+        js,
+        floor(["node", "--input-type=module", "-e"], JS_FLOOR, STARTS["js"]),
+    )
     py = await measure(PyRuntime(), [Module("w.py", PY_WORKER)], "w.py", STARTS["py"])
     report("python (child process per context)", py, floor([sys.executable, "-c"], PY_FLOOR, STARTS["py"]))
     print("\nratio: runtime/floor for latencies, floor/runtime for throughput (higher = slower)")

@@ -45,8 +45,11 @@ async def produce(api: Api, queue: str) -> list[str]:
         body = {"messages": [{"body": b64(f"m-{i}-{j}".ljust(64, "."))} for j in range(PER_POST)]}
         for _ in range(60):
             try:
-                resp = await api.c.post(f"/v2/spaces/{api.space}/queues/{queue}/messages",
-                                        headers={**api.h, "Idempotency-Key": key}, json=body)
+                resp = await api.c.post(
+                    f"/v2/spaces/{api.space}/queues/{queue}/messages",
+                    headers={**api.h, "Idempotency-Key": key},
+                    json=body,
+                )
                 if resp.status_code == 202:
                     ids += resp.json()["messageIds"]
                     break
@@ -66,13 +69,13 @@ async def kill_repeatedly(host: Any) -> None:
 
 
 async def history(settings: Any, queue: str) -> list[Any]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap,
-                                isolation_level="read_committed", enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
     await consumer.start()
     try:
         topic = settings.topic("queue")
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or
-               range(settings.partitions)]
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or range(settings.partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
@@ -88,14 +91,12 @@ async def history(settings: Any, queue: str) -> list[Any]:
         await consumer.stop()
 
 
-async def test_nothing_lost_through_engine_crashes(client: httpx.AsyncClient, space: Any,
-                                                   host: Any) -> None:
+async def test_nothing_lost_through_engine_crashes(client: httpx.AsyncClient, space: Any, host: Any) -> None:
     # QC-43, QC-44, QC-45: restarts lose nothing and infer no ACK
     api = Api(client, space)
     q, dlq = await api.queue(), await api.queue()
     w = await api.worker(WORKER)
-    await api.consumer(q, w, maxBatchSize=100, maxConcurrency=10, maxRetries=100,
-                       deadLetterQueue={"resourceUid": dlq})
+    await api.consumer(q, w, maxBatchSize=100, maxConcurrency=10, maxRetries=100, deadLetterQueue={"resourceUid": dlq})
     started = time.monotonic()
     sent, _ = await asyncio.gather(produce(api, q), kill_repeatedly(host))
     assert len(set(sent)) == TOTAL
@@ -121,7 +122,10 @@ async def test_nothing_lost_through_engine_crashes(client: httpx.AsyncClient, sp
     assert s["ready"] == s["delayed"] == s["inFlight"] == 0
     assert s["retried"] == len(retried)
     assert (await api.stats(dlq))["ready"] == len(dead)
-    print(f"\n{TOTAL} messages, {KILLS} engine kills, {len(delivered)} deliveries, "
-          f"{len(retried)} redeliveries, {len(dead)} dead-lettered, "
-          f"{time.monotonic() - started:.1f}s", file=sys.stderr)
+    print(
+        f"\n{TOTAL} messages, {KILLS} engine kills, {len(delivered)} deliveries, "
+        f"{len(retried)} redeliveries, {len(dead)} dead-lettered, "
+        f"{time.monotonic() - started:.1f}s",
+        file=sys.stderr,
+    )
     _ = uuid

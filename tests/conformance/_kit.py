@@ -75,20 +75,24 @@ class Api:
 
     # ---- resources ---------------------------------------------------------------------------
 
-    async def post(self, name: str, form: str, spec: Any, key: str | None = None,
-                   **extra: Any) -> httpx.Response:
-        return await self.c.post(f"/v2/spaces/{self.space}/resources",
-                                 headers={**self.h, "Idempotency-Key": key or uuid.uuid4().hex},
-                                 json={"name": name, "form": form, "spec": spec, **extra})
+    async def post(self, name: str, form: str, spec: Any, key: str | None = None, **extra: Any) -> httpx.Response:
+        return await self.c.post(
+            f"/v2/spaces/{self.space}/resources",
+            headers={**self.h, "Idempotency-Key": key or uuid.uuid4().hex},
+            json={"name": name, "form": form, "spec": spec, **extra},
+        )
 
     async def put(self, uid: str, spec: Any, key: str | None = None) -> httpx.Response:
-        return await self.c.put(f"/v2/spaces/{self.space}/resources/{uid}",
-                                headers={**self.h, "Idempotency-Key": key or uuid.uuid4().hex},
-                                json={"spec": spec})
+        return await self.c.put(
+            f"/v2/spaces/{self.space}/resources/{uid}",
+            headers={**self.h, "Idempotency-Key": key or uuid.uuid4().hex},
+            json={"spec": spec},
+        )
 
     async def delete(self, uid: str, key: str | None = None) -> httpx.Response:
-        return await self.c.delete(f"/v2/spaces/{self.space}/resources/{uid}",
-                                   headers={**self.h, "Idempotency-Key": key or uuid.uuid4().hex})
+        return await self.c.delete(
+            f"/v2/spaces/{self.space}/resources/{uid}", headers={**self.h, "Idempotency-Key": key or uuid.uuid4().hex}
+        )
 
     async def get(self, uid: str) -> httpx.Response:
         return await self.c.get(f"/v2/spaces/{self.space}/resources/{uid}", headers=self.h)
@@ -111,54 +115,74 @@ class Api:
     # ---- building blocks ---------------------------------------------------------------------
 
     async def queue(self, name: str | None = None, retention: int = 3600) -> str:
-        return await self.create(name or f"q-{uuid.uuid4().hex[:8]}", QUEUE,
-                                 {"retentionSeconds": retention})
+        return await self.create(name or f"q-{uuid.uuid4().hex[:8]}", QUEUE, {"retentionSeconds": retention})
 
-    async def worker(self, source: str = PROBE_JS, handlers: tuple[str, ...] = ("queue",),
-                     bindings: dict[str, str] | None = None, vars: dict[str, str] | None = None,
-                     runtime: str = "javascript", deploy: bool = True) -> str:
+    async def worker(
+        self,
+        source: str = PROBE_JS,
+        handlers: tuple[str, ...] = ("queue",),
+        bindings: dict[str, str] | None = None,
+        vars: dict[str, str] | None = None,
+        runtime: str = "javascript",
+        deploy: bool = True,
+    ) -> str:
         tag = uuid.uuid4().hex[:8]
-        worker = await self.create(f"w-{tag}", WORKER, {"runtime": runtime,
-                                                          "handlers": list(handlers)})
+        worker = await self.create(f"w-{tag}", WORKER, {"runtime": runtime, "handlers": list(handlers)})
         if not deploy:
             return worker
         version = await self.version(worker, source, bindings, vars, runtime)
-        await self.create(f"d-{tag}", DEPLOYMENT, {
-            "worker": {"resourceUid": worker},
-            "versions": [{"version": {"resourceUid": version}, "percentage": 100}]})
+        await self.create(
+            f"d-{tag}",
+            DEPLOYMENT,
+            {"worker": {"resourceUid": worker}, "versions": [{"version": {"resourceUid": version}, "percentage": 100}]},
+        )
         return worker
 
-    async def version(self, worker: str, source: str, bindings: dict[str, str] | None = None,
-                      vars: dict[str, str] | None = None, runtime: str = "javascript") -> str:
+    async def version(
+        self,
+        worker: str,
+        source: str,
+        bindings: dict[str, str] | None = None,
+        vars: dict[str, str] | None = None,
+        runtime: str = "javascript",
+    ) -> str:
         main = "worker.js" if runtime == "javascript" else "worker.py"
-        spec: dict[str, Any] = {"worker": {"resourceUid": worker}, "mainModule": main,
-                                "modules": [{"name": main, "content": source}]}
+        spec: dict[str, Any] = {
+            "worker": {"resourceUid": worker},
+            "mainModule": main,
+            "modules": [{"name": main, "content": source}],
+        }
         if bindings:
-            spec["queueBindings"] = [{"name": n, "queue": {"resourceUid": q}}
-                                     for n, q in bindings.items()]
+            spec["queueBindings"] = [{"name": n, "queue": {"resourceUid": q}} for n, q in bindings.items()]
         if vars:
             spec["vars"] = vars
         return await self.create(f"v-{uuid.uuid4().hex[:8]}", VERSION, spec)
 
     def consumer_spec(self, queue: str, worker: str, **over: Any) -> dict[str, Any]:
         spec: dict[str, Any] = {
-            "queue": {"resourceUid": queue}, "worker": {"resourceUid": worker},
-            "maxBatchSize": 10, "maxBatchTimeoutSeconds": 0, "maxConcurrency": 4,
-            "maxRetries": 3, "retryDelaySeconds": 0}
+            "queue": {"resourceUid": queue},
+            "worker": {"resourceUid": worker},
+            "maxBatchSize": 10,
+            "maxBatchTimeoutSeconds": 0,
+            "maxConcurrency": 4,
+            "maxRetries": 3,
+            "retryDelaySeconds": 0,
+        }
         spec.update(over)
         return {k: v for k, v in spec.items() if v is not None}
 
     async def consumer(self, queue: str, worker: str, name: str | None = None, **over: Any) -> str:
-        return await self.create(name or f"c-{uuid.uuid4().hex[:8]}", CONSUMER,
-                                 self.consumer_spec(queue, worker, **over))
+        return await self.create(
+            name or f"c-{uuid.uuid4().hex[:8]}", CONSUMER, self.consumer_spec(queue, worker, **over)
+        )
 
     # ---- queue data plane --------------------------------------------------------------------
 
     async def send(self, queue: str, *bodies: bytes | str, delay: int | None = None) -> list[str]:
-        messages = [{"body": b64(b), **({"delaySeconds": delay} if delay is not None else {})}
-                    for b in bodies]
-        r = await self.c.post(f"/v2/spaces/{self.space}/queues/{queue}/messages", headers=self.h,
-                              json={"messages": messages})
+        messages = [{"body": b64(b), **({"delaySeconds": delay} if delay is not None else {})} for b in bodies]
+        r = await self.c.post(
+            f"/v2/spaces/{self.space}/queues/{queue}/messages", headers=self.h, json={"messages": messages}
+        )
         assert r.status_code == 202, r.text
         return r.json()["messageIds"]  # type: ignore[no-any-return]
 
@@ -168,8 +192,11 @@ class Api:
         return r.json()  # type: ignore[no-any-return]
 
     async def peek(self, queue: str, **params: Any) -> list[dict[str, Any]]:
-        r = await self.c.get(f"/v2/spaces/{self.space}/queues/{queue}/messages", headers=self.h,
-                             params={"includeBody": "true", "limit": 1000, **params})
+        r = await self.c.get(
+            f"/v2/spaces/{self.space}/queues/{queue}/messages",
+            headers=self.h,
+            params={"includeBody": "true", "limit": 1000, **params},
+        )
         assert r.status_code == 200, r.text
         return r.json()["items"]  # type: ignore[no-any-return]
 

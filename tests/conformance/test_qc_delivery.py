@@ -133,9 +133,16 @@ async def test_settlement_rejections_are_interface_errors(api: Api) -> None:
     c = await api.consumer(q, w)
     await api.send(q, "m")
     [got] = await api.reports(report, 1)
-    assert got["names"] == ["undefined", "already_settled:true", "already_settled:true",
-                            "unknown_message:true", "unknown_message:true", "RangeError",
-                            "undefined", "undefined"]
+    assert got["names"] == [
+        "undefined",
+        "already_settled:true",
+        "already_settled:true",
+        "unknown_message:true",
+        "unknown_message:true",
+        "RangeError",
+        "undefined",
+        "undefined",
+    ]
     s = await api.until(q, acknowledged=1)
     assert s["retried"] == 0  # a settled result is never reversed (QC-29)
     res = (await api.get(c)).json()

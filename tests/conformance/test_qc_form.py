@@ -11,9 +11,13 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 async def world(api: Api) -> dict[str, str]:
-    return {"q": await api.queue(), "q2": await api.queue(), "q3": await api.queue(),
-            "w": await api.worker(deploy=False),
-            "nh": await api.worker(handlers=(), deploy=False)}
+    return {
+        "q": await api.queue(),
+        "q2": await api.queue(),
+        "q3": await api.queue(),
+        "w": await api.worker(deploy=False),
+        "nh": await api.worker(handlers=(), deploy=False),
+    }
 
 
 async def rejected(api: Api, spec: Any, status: int, code: str, **extra: Any) -> dict[str, Any]:
@@ -30,8 +34,15 @@ async def test_spec_is_closed_and_complete(api: Api, world: dict[str, str]) -> N
     base = api.consumer_spec(world["q"], world["w"])
     body = await rejected(api, {**base, "extra": True}, 400, "invalid_spec")
     assert body["errors"][0]["path"] == "/spec/extra"
-    for field in ("queue", "worker", "maxBatchSize", "maxBatchTimeoutSeconds", "maxConcurrency",
-                  "maxRetries", "retryDelaySeconds"):
+    for field in (
+        "queue",
+        "worker",
+        "maxBatchSize",
+        "maxBatchTimeoutSeconds",
+        "maxConcurrency",
+        "maxRetries",
+        "retryDelaySeconds",
+    ):
         spec = dict(base)
         del spec[field]
         body = await rejected(api, spec, 400, "invalid_spec")  # no defaults (QC-10)
@@ -42,13 +53,16 @@ async def test_spec_is_closed_and_complete(api: Api, world: dict[str, str]) -> N
     await rejected(api, base, 400, "invalid_spec", privateInputs={"token": "x"})
 
 
-@pytest.mark.parametrize("field, low, high", [
-    ("maxBatchSize", 1, 100),  # QC-4
-    ("maxBatchTimeoutSeconds", 0, 60),  # QC-5
-    ("maxConcurrency", 1, 250),  # QC-6
-    ("maxRetries", 0, 100),  # QC-7
-    ("retryDelaySeconds", 0, 43200),  # QC-8
-])
+@pytest.mark.parametrize(
+    "field, low, high",
+    [
+        ("maxBatchSize", 1, 100),  # QC-4
+        ("maxBatchTimeoutSeconds", 0, 60),  # QC-5
+        ("maxConcurrency", 1, 250),  # QC-6
+        ("maxRetries", 0, 100),  # QC-7
+        ("retryDelaySeconds", 0, 43200),  # QC-8
+    ],
+)
 async def test_ranges(api: Api, world: dict[str, str], field: str, low: int, high: int) -> None:
     base = api.consumer_spec(world["q"], world["w"])
     for bad in (low - 1, high + 1, 1.5, "1", None):
@@ -66,31 +80,33 @@ async def test_reference_checks(api: Api, world: dict[str, str], client: Any, ho
     await rejected(api, {**base, "queue": {"resourceUid": "res_missing"}}, 409, "dependency_conflict")
     await rejected(api, {**base, "queue": {"resourceUid": world["w"]}}, 409, "dependency_conflict")
     await rejected(api, {**base, "worker": {"resourceUid": world["q"]}}, 409, "dependency_conflict")
-    await rejected(api, {**base, "deadLetterQueue": {"resourceUid": world["w"]}}, 409,
-                   "dependency_conflict")
+    await rejected(api, {**base, "deadLetterQueue": {"resourceUid": world["w"]}}, 409, "dependency_conflict")
     other = await other_space_queue(client, host)
     body = await rejected(api, {**base, "queue": {"resourceUid": other}}, 409, "dependency_conflict")
     assert "not found" in body["detail"]
-    await rejected(api, {**base, "deadLetterQueue": {"resourceUid": other}}, 409,
-                   "dependency_conflict")
+    await rejected(api, {**base, "deadLetterQueue": {"resourceUid": other}}, 409, "dependency_conflict")
 
 
 async def other_space_queue(client: Any, host: Any) -> str:
     admin = auth(host.admin_token)
     name = "sp-" + uuid.uuid4().hex[:10]
     assert (await client.post("/v2/spaces", json={"name": name}, headers=admin)).status_code == 201
-    r = await client.post(f"/v2/spaces/{name}/resources", headers={**admin, "Idempotency-Key": "k"},
-                          json={"name": "q", "form": QUEUE, "spec": {"retentionSeconds": 60}})
+    r = await client.post(
+        f"/v2/spaces/{name}/resources",
+        headers={**admin, "Idempotency-Key": "k"},
+        json={"name": "q", "form": QUEUE, "spec": {"retentionSeconds": 60}},
+    )
     assert r.status_code == 202, r.text
     return r.json()["resourceUid"]  # type: ignore[no-any-return]
 
 
 async def test_reference_grants_no_authority(api: Api, world: dict[str, str]) -> None:
     # QC-15: the caller must be allowed to use every referenced Resource
-    r = await api.c.post(f"/v2/spaces/{api.space}/resources",
-                         headers={**auth(api.viewer), "Idempotency-Key": "k"},
-                         json={"name": "c", "form": CONSUMER,
-                               "spec": api.consumer_spec(world["q"], world["w"])})
+    r = await api.c.post(
+        f"/v2/spaces/{api.space}/resources",
+        headers={**auth(api.viewer), "Idempotency-Key": "k"},
+        json={"name": "c", "form": CONSUMER, "spec": api.consumer_spec(world["q"], world["w"])},
+    )
     assert_problem(r, 403, "forbidden")
 
 
@@ -109,12 +125,10 @@ async def test_one_consumer_per_queue(api: Api, world: dict[str, str]) -> None:
 async def test_dead_letter_cycles_rejected(api: Api, world: dict[str, str]) -> None:
     # QC-19, QC-9, QC-20
     q, q2, q3, w = world["q"], world["q2"], world["q3"], world["w"]
-    await rejected(api, api.consumer_spec(q, w, deadLetterQueue={"resourceUid": q}), 409,
-                   "dependency_conflict")
+    await rejected(api, api.consumer_spec(q, w, deadLetterQueue={"resourceUid": q}), 409, "dependency_conflict")
     await api.consumer(q, w, deadLetterQueue={"resourceUid": q2})
     await api.consumer(q2, w, deadLetterQueue={"resourceUid": q3})
-    body = await rejected(api, api.consumer_spec(q3, w, deadLetterQueue={"resourceUid": q}), 409,
-                          "dependency_conflict")
+    body = await rejected(api, api.consumer_spec(q3, w, deadLetterQueue={"resourceUid": q}), 409, "dependency_conflict")
     assert "cycle" in body["detail"]
     c3 = await api.consumer(q3, w)
     before = (await api.get(c3)).json()
@@ -129,13 +143,11 @@ async def test_queue_and_worker_immutable(api: Api, world: dict[str, str]) -> No
     q, q2, w = world["q"], world["q2"], world["w"]
     w2 = await api.worker(deploy=False)
     c = await api.consumer(q, w, name="attach")
-    for spec, path in [(api.consumer_spec(q2, w), "/spec/queue"),
-                       (api.consumer_spec(q, w2), "/spec/worker")]:
+    for spec, path in [(api.consumer_spec(q2, w), "/spec/queue"), (api.consumer_spec(q, w2), "/spec/worker")]:
         body = assert_problem(await api.put(c, spec), 400, "invalid_spec")
         assert body["errors"][0]["path"] == path
     # other settings change; the DLQ may be set and removed again (QC-9)
-    await api.done(await api.put(c, api.consumer_spec(q, w, maxBatchSize=5,
-                                                      deadLetterQueue={"resourceUid": q2})))
+    await api.done(await api.put(c, api.consumer_spec(q, w, maxBatchSize=5, deadLetterQueue={"resourceUid": q2})))
     await api.done(await api.put(c, api.consumer_spec(q, w)))
     res = (await api.get(c)).json()
     assert res["generation"] == 3 and "deadLetterQueue" not in res["spec"]
@@ -149,8 +161,10 @@ async def test_observed_and_output(api: Api, world: dict[str, str]) -> None:
     # QC-35, QC-36, QC-37, QC-39
     c = await api.consumer(world["q"], world["w"])  # no Deployment: the handler cannot even run
     res = (await api.get(c)).json()
-    assert res["output"] == {} and res["observed"] in ({}, {
-        "queueExists": True, "workerExists": True, "consumerAttached": True})
+    assert res["output"] == {} and res["observed"] in (
+        {},
+        {"queueExists": True, "workerExists": True, "consumerAttached": True},
+    )
     import asyncio
 
     for _ in range(100):
@@ -186,8 +200,7 @@ async def test_idempotent_create_update_delete(api: Api, world: dict[str, str]) 
     assert d1.json()["id"] == d2.json()["id"]
     op = await api.done(d1)
     assert op["effect"] == "complete"  # QC-47: a succeeded Operation's effect is complete
-    r = await api.c.get(f"/v2/spaces/{api.space}/resources", params={"form": CONSUMER},
-                        headers=api.h)
+    r = await api.c.get(f"/v2/spaces/{api.space}/resources", params={"form": CONSUMER}, headers=api.h)
     assert r.json()["items"] == []
 
 

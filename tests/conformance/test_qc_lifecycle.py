@@ -71,8 +71,9 @@ async def test_delete_survives_an_engine_restart(api: Api, host: Any) -> None:
     host.supervisor.kill("queue")
     r = await api.delete(c)
     assert r.status_code == 202
-    second = await api.post("second", "https://edge.forms.takoform.com/forms/QueueConsumer/0.3.0/",
-                             api.consumer_spec(q, w))
+    second = await api.post(
+        "second", "https://edge.forms.takoform.com/forms/QueueConsumer/0.3.0/", api.consumer_spec(q, w)
+    )
     assert second.status_code == 409  # the deleting Consumer still holds the queue
     op = await api.op(r.json()["id"], wait=60)
     assert op["state"] == "succeeded", op

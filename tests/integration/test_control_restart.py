@@ -24,14 +24,20 @@ def own_host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
 
 
 async def _create(client: httpx.AsyncClient, space: str, name: str, key: str) -> httpx.Response:
-    return await client.post(f"/v2/spaces/{space}/resources", headers={"Idempotency-Key": key},
-                             json={"name": name, "form": QUEUE, "spec": {"retentionSeconds": 600}})
+    return await client.post(
+        f"/v2/spaces/{space}/resources",
+        headers={"Idempotency-Key": key},
+        json={"name": name, "form": QUEUE, "spec": {"retentionSeconds": 600}},
+    )
 
 
 async def _log(host: Host) -> list[object]:
-    consumer = AIOKafkaConsumer(host.settings.topic("control"), auto_offset_reset="earliest",
-                                bootstrap_servers=host.settings.kafka_bootstrap,
-                                isolation_level="read_committed")
+    consumer = AIOKafkaConsumer(
+        host.settings.topic("control"),
+        auto_offset_reset="earliest",
+        bootstrap_servers=host.settings.kafka_bootstrap,
+        isolation_level="read_committed",
+    )
     await consumer.start()
     out: list[object] = []
     try:
@@ -57,8 +63,7 @@ async def test_sigkill_while_operations_are_in_flight(own_host: Host) -> None:
                 await asyncio.sleep(0.3)
                 await asyncio.to_thread(own_host.supervisor.kill, "control")
 
-        first, _ = await asyncio.gather(
-            asyncio.gather(*(_create(client, space, n, keys[n]) for n in names)), killer())
+        first, _ = await asyncio.gather(asyncio.gather(*(_create(client, space, n, keys[n]) for n in names)), killer())
         assert {resp.status_code for resp in first} <= {202, 503}
         # The client did not see some outcomes: it retries with the same key, as the contract says.
         ops: dict[str, str] = {}
@@ -82,8 +87,7 @@ async def test_sigkill_while_operations_are_in_flight(own_host: Host) -> None:
     log = await _log(own_host)
     created = Counter(rec.name for rec in log if isinstance(rec, r.ResourceCreated) and rec.space == space)
     assert created == Counter(names)  # exactly one ResourceCreated per name in the log
-    started = Counter(rec.resourceUid for rec in log
-                      if isinstance(rec, r.OperationStarted) and rec.space == space)
+    started = Counter(rec.resourceUid for rec in log if isinstance(rec, r.OperationStarted) and rec.space == space)
     assert all(count == 1 for count in started.values()) and len(started) == len(names)
 
 

@@ -16,9 +16,7 @@ WORKER = "https://edge.forms.takoform.com/forms/ModuleWorker/0.3.0/"
 DEPLOYMENT = "https://edge.forms.takoform.com/forms/WorkerDeployment/0.4.0/"
 
 
-def sumi_deploy(
-    host: Any, *args: str, token: str | None = None
-) -> subprocess.CompletedProcess[str]:
+def sumi_deploy(host: Any, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SUMI_TOKEN"}
     if token:
         env["SUMI_TOKEN"] = token
@@ -52,9 +50,7 @@ def get(host: Any, space: str, uid: str) -> dict[str, Any]:
 
 
 async def test_deploy_hello_queue_twice(host: Any, space: Any) -> None:
-    first = sumi_deploy(
-        host, str(EXAMPLE), "--worker", "hello", "--space", space.name, "--token", host.admin_token
-    )
+    first = sumi_deploy(host, str(EXAMPLE), "--worker", "hello", "--space", space.name, "--token", host.admin_token)
     assert first.returncode == 0, first.stderr
     v1 = first.stdout.strip()
     assert v1.startswith("res_"), first.stdout
@@ -70,9 +66,7 @@ async def test_deploy_hello_queue_twice(host: Any, space: Any) -> None:
     assert deployment["spec"]["versions"] == [{"version": {"resourceUid": v1}, "percentage": 100}]
 
     # Again, with the token from SUMI_TOKEN: the next Version, the same Deployment moved to it.
-    second = sumi_deploy(
-        host, str(EXAMPLE), "--worker", "hello", "--space", space.name, token=space.editor_token
-    )
+    second = sumi_deploy(host, str(EXAMPLE), "--worker", "hello", "--space", space.name, token=space.editor_token)
     assert second.returncode == 0, second.stderr
     v2 = second.stdout.strip()
     assert get(host, space.name, v2)["name"] == "hello-v2"
@@ -119,7 +113,5 @@ async def test_deploy_usage_errors(host: Any, space: Any, tmp_path: Path) -> Non
     assert result.returncode == 2 and "no .js" in result.stderr
     (tmp_path / "worker.js").write_text("export default {};")
     (tmp_path / "sumi.json").write_text('{"queueBindings": [{"name": "OUT", "queue": "missing"}]}')
-    result = sumi_deploy(
-        host, str(tmp_path), "--worker", "w", "--space", space.name, "--token", space.editor_token
-    )
+    result = sumi_deploy(host, str(tmp_path), "--worker", "w", "--space", space.name, "--token", space.editor_token)
     assert result.returncode == 1 and "missing" in result.stderr, result.stderr

@@ -26,11 +26,14 @@ def own_host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
 def _snapshot(host: Host) -> dict[str, list[tuple[Any, ...]]]:
     schema = host.settings.db_schema
     with psycopg.connect(host.settings.database_url) as conn:
-        tables = [t for (t,) in conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,))
-            if t not in ("schema_version", "projection_offsets", "projection_status")]
-        return {t: sorted(conn.execute(f'SELECT * FROM "{schema}"."{t}"').fetchall(), key=repr)
-                for t in tables}
+        tables = [
+            t
+            for (t,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+            )
+            if t not in ("schema_version", "projection_offsets", "projection_status")
+        ]
+        return {t: sorted(conn.execute(f'SELECT * FROM "{schema}"."{t}"').fetchall(), key=repr) for t in tables}
 
 
 async def _activity(host: Host) -> None:
@@ -38,25 +41,39 @@ async def _activity(host: Host) -> None:
     space = "rp-" + uuid.uuid4().hex[:6]
     async with httpx.AsyncClient(base_url=host.url, headers=admin, timeout=30) as c:
         assert (await c.post("/v2/spaces", json={"name": space})).status_code == 201
-        assert (await c.post("/v2/tokens", json={"principal": "ed-" + space, "admin": False,
-                                                 "grants": [{"space": space, "role": "editor"}]})).status_code == 201
+        assert (
+            await c.post(
+                "/v2/tokens",
+                json={"principal": "ed-" + space, "admin": False, "grants": [{"space": space, "role": "editor"}]},
+            )
+        ).status_code == 201
         ops = []
         for i in range(5):
-            resp = await c.post(f"/v2/spaces/{space}/resources", headers={"Idempotency-Key": f"k{i}"},
-                                json={"name": f"q{i}", "form": QUEUE, "spec": {"retentionSeconds": 600}})
+            resp = await c.post(
+                f"/v2/spaces/{space}/resources",
+                headers={"Idempotency-Key": f"k{i}"},
+                json={"name": f"q{i}", "form": QUEUE, "spec": {"retentionSeconds": 600}},
+            )
             ops.append(resp.json()["id"])
         for op in ops:
             assert (await c.get(f"/v2/operations/{op}", params={"wait": 30})).json()["state"] == "succeeded"
-        resp = await c.put(f"/v2/spaces/{space}/resources/q1", headers={"Idempotency-Key": "u1"},
-                           json={"spec": {"retentionSeconds": 60}})
+        resp = await c.put(
+            f"/v2/spaces/{space}/resources/q1",
+            headers={"Idempotency-Key": "u1"},
+            json={"spec": {"retentionSeconds": 60}},
+        )
         await c.get(f"/v2/operations/{resp.json()['id']}", params={"wait": 30})
         resp = await c.delete(f"/v2/spaces/{space}/resources/q2", headers={"Idempotency-Key": "d1"})
         await c.get(f"/v2/operations/{resp.json()['id']}", params={"wait": 30})
         body = base64.b64encode(b"payload").decode()
-        assert (await c.post(f"/v2/spaces/{space}/queues/q0/messages",
-                             json={"messages": [{"body": body}] * 3})).status_code == 202
-        bad = await c.post(f"/v2/spaces/{space}/resources", headers={"Idempotency-Key": "bad"},
-                           json={"name": "q0", "form": QUEUE, "spec": {"retentionSeconds": 600}})
+        assert (
+            await c.post(f"/v2/spaces/{space}/queues/q0/messages", json={"messages": [{"body": body}] * 3})
+        ).status_code == 202
+        bad = await c.post(
+            f"/v2/spaces/{space}/resources",
+            headers={"Idempotency-Key": "bad"},
+            json={"name": "q0", "form": QUEUE, "spec": {"retentionSeconds": 600}},
+        )
         assert bad.status_code == 409
 
 

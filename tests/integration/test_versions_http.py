@@ -75,9 +75,7 @@ class Api:
         )
 
     async def delete(self, uid: str) -> httpx.Response:
-        return await self.c.delete(
-            f"/v2/spaces/{self.space}/resources/{uid}", headers={**self.h, **key()}
-        )
+        return await self.c.delete(f"/v2/spaces/{self.space}/resources/{uid}", headers={**self.h, **key()})
 
     async def get(self, uid: str) -> httpx.Response:
         return await self.c.get(f"/v2/spaces/{self.space}/resources/{uid}", headers=self.h)
@@ -115,9 +113,7 @@ class Api:
         **extra: Any,
     ) -> dict[str, Any]:
         """The create Operation of a Version, awaited until verification ends."""
-        return await self.wait(
-            await self.post(name, VERSION, version_spec(worker, modules, main, **extra))
-        )
+        return await self.wait(await self.post(name, VERSION, version_spec(worker, modules, main, **extra)))
 
 
 def version_spec(
@@ -156,9 +152,7 @@ def api(client: httpx.AsyncClient, space: Any) -> Api:
 async def test_a_good_js_version_verifies(api: Api) -> None:
     # WF-28: workflowClasses lists the constructible exports with a callable run.
     w = await api.worker()
-    op = await api.version(
-        "v1", w, {"worker.js": GOOD_JS, "lib/twice.mjs": TWICE}, vars={"GREETING": "hi"}
-    )
+    op = await api.version("v1", w, {"worker.js": GOOD_JS, "lib/twice.mjs": TWICE}, vars={"GREETING": "hi"})
     assert op["state"] == "succeeded" and op["effect"] == "complete", op
     v = (await api.get(op["resourceUid"])).json()
     assert v["state"] == "active"
@@ -185,16 +179,12 @@ async def test_a_syntax_error_fails_and_leaves_no_resource(api: Api) -> None:
 async def test_a_version_lacking_the_declared_queue_handler_fails(api: Api) -> None:
     # QC-16: the worker declares "queue", so every Version must provide it.
     w = await api.worker()
-    op = await api.version(
-        "v1", w, {"worker.js": "export default {};\nexport class W { run() {} }"}
-    )
+    op = await api.version("v1", w, {"worker.js": "export default {};\nexport class W { run() {} }"})
     assert op["state"] == "failed" and op["error"]["code"] == "invalid_spec", op
     assert "queue" in op["error"]["detail"]
     # A worker that declares no handler takes the same module.
     bare = await api.worker("bare", handlers=[])
-    op = await api.version(
-        "v1", bare, {"worker.js": "export default {};\nexport class W { run() {} }"}
-    )
+    op = await api.version("v1", bare, {"worker.js": "export default {};\nexport class W { run() {} }"})
     assert op["state"] == "succeeded", op
     assert (await api.get(op["resourceUid"])).json()["observed"] == {
         "verified": True,
@@ -226,23 +216,17 @@ async def test_version_spec_rules_and_references(api: Api) -> None:
     r = await api.post("v", VERSION, version_spec({"uid": "res_nope"}, {"worker.js": GOOD_JS}))
     assert_problem(r, 409, "dependency_conflict")
     bindings = [{"name": "OUT", "queue": {"resourceUid": w["uid"]}}]  # a worker is no queue
-    r = await api.post(
-        "v", VERSION, version_spec(w, {"worker.js": GOOD_JS}, queueBindings=bindings)
-    )
+    r = await api.post("v", VERSION, version_spec(w, {"worker.js": GOOD_JS}, queueBindings=bindings))
     assert_problem(r, 409, "dependency_conflict")
     q = await api.make("q", QUEUE, {"retentionSeconds": 60})
     bindings = [{"name": "OUT", "queue": {"resourceUid": q["uid"]}}]
-    op = await api.version(
-        "v", w, {"worker.js": GOOD_JS, "lib/twice.mjs": TWICE}, queueBindings=bindings
-    )
+    op = await api.version("v", w, {"worker.js": GOOD_JS, "lib/twice.mjs": TWICE}, queueBindings=bindings)
     assert op["state"] == "succeeded", op
     # Immutable: an identical PUT is accepted, anything else is invalid_spec.
     spec = version_spec(w, {"worker.js": GOOD_JS, "lib/twice.mjs": TWICE}, queueBindings=bindings)
     same = await api.wait(await api.put(op["resourceUid"], spec))
     assert same["state"] == "succeeded" and same["generation"] == 2
-    assert_problem(
-        await api.put(op["resourceUid"], {**spec, "vars": {"A": "b"}}), 400, "invalid_spec"
-    )
+    assert_problem(await api.put(op["resourceUid"], {**spec, "vars": {"A": "b"}}), 400, "invalid_spec")
 
 
 # ---- WorkerDeployment ------------------------------------------------------------------------
@@ -253,13 +237,9 @@ async def test_deployment_validation(api: Api) -> None:
     other = await api.worker("other")
     v1 = (await api.version("v1", w, {"worker.js": GOOD_JS, "lib/twice.mjs": TWICE}))["resourceUid"]
     v2 = (await api.version("v2", w, {"worker.js": GOOD_JS, "lib/twice.mjs": TWICE}))["resourceUid"]
-    foreign = (await api.version("fv", other, {"worker.js": GOOD_JS, "lib/twice.mjs": TWICE}))[
-        "resourceUid"
-    ]
+    foreign = (await api.version("fv", other, {"worker.js": GOOD_JS, "lib/twice.mjs": TWICE}))["resourceUid"]
     # Percentages must sum to exactly 100.
-    body = assert_problem(
-        await api.post("d", DEPLOYMENT, deployment(w, (v1, 50), (v2, 40))), 400, "invalid_spec"
-    )
+    body = assert_problem(await api.post("d", DEPLOYMENT, deployment(w, (v1, 50), (v2, 40))), 400, "invalid_spec")
     assert body["errors"][0]["path"] == "/spec/versions"
     # A Version of another worker.
     assert_problem(
@@ -274,9 +254,7 @@ async def test_deployment_validation(api: Api) -> None:
         "versions": 2,
     }
     # At most one Deployment per worker.
-    assert_problem(
-        await api.post("d2", DEPLOYMENT, deployment(w, (v1, 100))), 409, "dependency_conflict"
-    )
+    assert_problem(await api.post("d2", DEPLOYMENT, deployment(w, (v1, 100))), 409, "dependency_conflict")
     # The worker is immutable.
     assert_problem(await api.put(d["uid"], deployment(other, (foreign, 100))), 400, "invalid_spec")
     # A weighted Version cannot be deleted; once it is no longer weighted it can.
@@ -292,9 +270,7 @@ async def test_weighting_a_verifying_version_is_accepted_then_succeeds(api: Api)
     # WF-6: pending verification is never taken as incompatibility; the change waits for it.
     w = await api.worker()
     slow = GOOD_JS + "\nconst until = Date.now() + 1500; while (Date.now() < until) {}\n"
-    created = await api.post(
-        "v1", VERSION, version_spec(w, {"worker.js": slow, "lib/twice.mjs": TWICE})
-    )
+    created = await api.post("v1", VERSION, version_spec(w, {"worker.js": slow, "lib/twice.mjs": TWICE}))
     assert created.status_code == 202, created.text
     v1 = created.json()["resourceUid"]
     verifying = (await api.get(v1)).json()
@@ -306,18 +282,14 @@ async def test_weighting_a_verifying_version_is_accepted_then_succeeds(api: Api)
     assert (await api.get(v1)).json()["observed"]["verified"] is True
     assert (await api.get(op["resourceUid"])).json()["state"] == "active"
     # Read your writes: the worker already shows its active Deployment.
-    assert (await api.get(w["uid"])).json()["observed"]["activeDeployment"] == {
-        "resourceUid": op["resourceUid"]
-    }
+    assert (await api.get(w["uid"])).json()["observed"]["activeDeployment"] == {"resourceUid": op["resourceUid"]}
 
 
 async def test_a_pending_update_whose_version_fails_keeps_the_previous_allocation(api: Api) -> None:
     w = await api.worker()
     v1 = (await api.version("v1", w, {"worker.js": GOOD_JS, "lib/twice.mjs": TWICE}))["resourceUid"]
     d = await api.make("d", DEPLOYMENT, deployment(w, (v1, 100)))
-    slow_broken = (
-        "const until = Date.now() + 1500; while (Date.now() < until) {}\nexport default {};"
-    )
+    slow_broken = "const until = Date.now() + 1500; while (Date.now() < until) {}\nexport default {};"
     created = await api.post("v2", VERSION, version_spec(w, {"worker.js": slow_broken}))
     assert created.status_code == 202, created.text
     v2 = created.json()["resourceUid"]

@@ -9,8 +9,16 @@ from sumi.control.forms.names import MODULE_WORKER, QUEUE
 from sumi.core import records as r
 
 
-def cmd(kind: str, payload: dict[str, Any], *, space: str = "demo", key: str | None = None,
-        fp: str | None = None, cid: str = "c1", principal: str = "alice") -> r.CommandSubmitted:
+def cmd(
+    kind: str,
+    payload: dict[str, Any],
+    *,
+    space: str = "demo",
+    key: str | None = None,
+    fp: str | None = None,
+    cid: str = "c1",
+    principal: str = "alice",
+) -> r.CommandSubmitted:
     return command(kind, payload, space=space, key=key, fp=fp, cid=cid, principal=principal)
 
 
@@ -21,8 +29,9 @@ def with_space() -> ControlState:
 
 
 def create_queue(s: ControlState, name: str = "q", cid: str = "c2", **kw: Any) -> list[Any]:
-    return run(s, cmd("resource.create", {"name": name, "form": QUEUE,
-                                          "spec": {"retentionSeconds": 3600}}, cid=cid, **kw))
+    return run(
+        s, cmd("resource.create", {"name": name, "form": QUEUE, "spec": {"retentionSeconds": 3600}}, cid=cid, **kw)
+    )
 
 
 def test_space_name_conflict() -> None:
@@ -44,12 +53,28 @@ def test_same_idempotency_key_same_operation_other_body_422() -> None:
     # QC-46: the same key and request is the same Operation, never a second Resource.
     s = with_space()
     first = reply(create_queue(s, key="k1", fp="f1"))
-    again = run(s, cmd("resource.create", {"name": "q", "form": QUEUE, "spec": {"retentionSeconds": 3600}},
-                       cid="c3", key="k1", fp="f1"))
+    again = run(
+        s,
+        cmd(
+            "resource.create",
+            {"name": "q", "form": QUEUE, "spec": {"retentionSeconds": 3600}},
+            cid="c3",
+            key="k1",
+            fp="f1",
+        ),
+    )
     assert reply(again).operationId == first.operationId
     assert len(s.space("demo").resources) == 1
-    other = run(s, cmd("resource.create", {"name": "q2", "form": QUEUE, "spec": {"retentionSeconds": 60}},
-                       cid="c4", key="k1", fp="f2"))
+    other = run(
+        s,
+        cmd(
+            "resource.create",
+            {"name": "q2", "form": QUEUE, "spec": {"retentionSeconds": 60}},
+            cid="c4",
+            key="k1",
+            fp="f2",
+        ),
+    )
     assert problem(other)["code"] == "idempotency_key_reused"
 
 
@@ -59,8 +84,9 @@ def test_name_conflict_and_unsupported_form_and_invalid_spec() -> None:
     assert problem(create_queue(s, cid="c9"))["code"] == "name_conflict"
     p = problem(run(s, cmd("resource.create", {"name": "x", "form": "https://example/", "spec": {}})))
     assert p["code"] == "unsupported_form"
-    p = problem(run(s, cmd("resource.create", {"name": "x", "form": QUEUE,
-                                               "spec": {"retentionSeconds": 59, "extra": 1}})))
+    p = problem(
+        run(s, cmd("resource.create", {"name": "x", "form": QUEUE, "spec": {"retentionSeconds": 59, "extra": 1}}))
+    )
     assert p["code"] == "invalid_spec"
     assert {e["path"] for e in p["errors"]} == {"/spec/retentionSeconds", "/spec/extra"}
 
@@ -68,8 +94,15 @@ def test_name_conflict_and_unsupported_form_and_invalid_spec() -> None:
 def test_private_inputs_rejected() -> None:
     # QC-10
     s = with_space()
-    p = problem(run(s, cmd("resource.create", {"name": "x", "form": QUEUE, "privateInputs": {"a": 1},
-                                               "spec": {"retentionSeconds": 60}})))
+    p = problem(
+        run(
+            s,
+            cmd(
+                "resource.create",
+                {"name": "x", "form": QUEUE, "privateInputs": {"a": 1}, "spec": {"retentionSeconds": 60}},
+            ),
+        )
+    )
     assert p["code"] == "invalid_spec" and p["errors"][0]["path"] == "/privateInputs"
 
 
@@ -120,15 +153,29 @@ def test_apply_twice_does_nothing_twice() -> None:
 
 def test_worker_delete_blocked_by_reference() -> None:
     s = with_space()
-    run(s, cmd("resource.create", {"name": "w", "form": MODULE_WORKER,
-                                   "spec": {"runtime": "javascript", "handlers": ["queue"]}}, cid="w1"))
+    run(
+        s,
+        cmd(
+            "resource.create",
+            {"name": "w", "form": MODULE_WORKER, "spec": {"runtime": "javascript", "handlers": ["queue"]}},
+            cid="w1",
+        ),
+    )
     assert reply(run(s, cmd("resource.delete", {"ref": "w"}, cid="w2"))).accepted
 
 
 def test_grant_to_missing_space_rejected() -> None:
     s = with_space()
-    p = problem(run(s, cmd("token.create", {"principal": "bob", "admin": False, "tokenHash": "h",
-                                            "grants": [{"space": "nope", "role": "editor"}]}, space="")))
+    p = problem(
+        run(
+            s,
+            cmd(
+                "token.create",
+                {"principal": "bob", "admin": False, "tokenHash": "h", "grants": [{"space": "nope", "role": "editor"}]},
+                space="",
+            ),
+        )
+    )
     assert p["code"] == "invalid_request"
 
 
@@ -146,11 +193,16 @@ def test_awaited_operation_ends_by_report() -> None:
     op_id = reply(events).operationId
     assert s.space("demo").operations[op_id].state == "running"
     assert s.space("demo").by_ref("q").state == "creating"  # type: ignore[union-attr]
-    rec = run(s, cmd("operation.report", {"operationId": op_id, "outcome": "reconciling",
-                                          "effect": "unknown"}, cid="r0"))
+    rec = run(
+        s, cmd("operation.report", {"operationId": op_id, "outcome": "reconciling", "effect": "unknown"}, cid="r0")
+    )
     assert rec[-1].state == "reconciling" and rec[-1].effect == "unknown"
-    failed = run(s, cmd("operation.report", {"operationId": op_id, "outcome": "failed",
-                                             "error": {"code": "invalid_spec"}}, cid="r1"))
+    failed = run(
+        s,
+        cmd(
+            "operation.report", {"operationId": op_id, "outcome": "failed", "error": {"code": "invalid_spec"}}, cid="r1"
+        ),
+    )
     assert [type(e) for e in failed] == [r.ResourceDeleted, r.OperationStateChanged]
     assert s.space("demo").by_ref("q") is None  # a failed create frees the name
     assert run(s, cmd("operation.report", {"operationId": op_id, "outcome": "succeeded"}, cid="r2")) == []

@@ -67,9 +67,7 @@ def create(s: ControlState, name: str, form: str, spec: dict[str, Any], **kw: An
     return run(s, cmd("resource.create", {"name": name, "form": form, "spec": spec}), **kw)
 
 
-def worker(
-    s: ControlState, name: str = "w", runtime: str = "javascript", handlers: list[str] | None = None
-) -> str:
+def worker(s: ControlState, name: str = "w", runtime: str = "javascript", handlers: list[str] | None = None) -> str:
     events = create(
         s,
         name,
@@ -133,9 +131,7 @@ def deployment_spec(worker_uid: str, *weights: tuple[str, int]) -> dict[str, Any
     }
 
 
-def deploy(
-    s: ControlState, worker_uid: str, *weights: tuple[str, int], name: str = "d", **kw: Any
-) -> list[Any]:
+def deploy(s: ControlState, worker_uid: str, *weights: tuple[str, int], name: str = "d", **kw: Any) -> list[Any]:
     return create(s, name, WORKER_DEPLOYMENT, deployment_spec(worker_uid, *weights), **kw)
 
 
@@ -180,12 +176,8 @@ def test_version_spec_is_closed_and_requires_its_fields() -> None:
         "/spec/modules",
     }
     assert validate_version([]) == {"/spec"}
-    assert validate_version(version_spec("res_w", worker={"resourceUid": "res_w", "x": 1})) == {
-        "/spec/worker/x"
-    }
-    assert validate_version(version_spec("res_w", worker={"resourceUid": ""})) == {
-        "/spec/worker/resourceUid"
-    }
+    assert validate_version(version_spec("res_w", worker={"resourceUid": "res_w", "x": 1})) == {"/spec/worker/x"}
+    assert validate_version(version_spec("res_w", worker={"resourceUid": ""})) == {"/spec/worker/resourceUid"}
 
 
 @pytest.mark.parametrize(
@@ -217,12 +209,10 @@ def test_version_modules_rules() -> None:
     assert validate_version(version_spec("res_w", modules={"worker.js": ""})) == {"/spec/modules"}
     dup = [{"name": "worker.js", "content": ""}, {"name": "worker.js", "content": ""}]
     assert validate_version(version_spec("res_w", modules=dup)) == {"/spec/modules/1/name"}
-    assert validate_version(
-        version_spec("res_w", modules=[{"name": "worker.js", "content": 1}])
-    ) == {"/spec/modules/0/content"}
-    assert validate_version(version_spec("res_w", modules=[{"name": "worker.js"}])) == {
+    assert validate_version(version_spec("res_w", modules=[{"name": "worker.js", "content": 1}])) == {
         "/spec/modules/0/content"
     }
+    assert validate_version(version_spec("res_w", modules=[{"name": "worker.js"}])) == {"/spec/modules/0/content"}
     assert validate_version(version_spec("res_w", mainModule="main.js")) == {"/spec/mainModule"}
     assert validate_version(version_spec("res_w", mainModule="")) == {"/spec/mainModule"}
 
@@ -239,9 +229,7 @@ def test_version_vars_and_binding_names() -> None:
     assert validate_version(version_spec("res_w", vars={"A": 1})) == {"/spec/vars/A"}
     assert validate_version(version_spec("res_w", vars=["A"])) == {"/spec/vars"}
     assert validate_version(version_spec("res_w", vars={"1A": "x"})) == {"/spec/vars/1A"}
-    assert validate_version(version_spec("res_w", vars={"A" * 65: "x"})) == {
-        "/spec/vars/" + "A" * 65
-    }
+    assert validate_version(version_spec("res_w", vars={"A" * 65: "x"})) == {"/spec/vars/" + "A" * 65}
     assert validate_version(version_spec("res_w", vars={"_a9": "x"})) == set()
     clash = version_spec(
         "res_w",
@@ -310,20 +298,11 @@ def test_version_references() -> None:
     assert code(create(s, "v", WORKER_VERSION, version_spec("res_nope"))) == "dependency_conflict"
     assert code(create(s, "v", WORKER_VERSION, version_spec(q))) == "dependency_conflict"
     bindings = [{"name": "OUT", "queue": {"resourceUid": "res_missing"}}]
-    assert (
-        code(create(s, "v", WORKER_VERSION, version_spec(w, queueBindings=bindings)))
-        == "dependency_conflict"
-    )
+    assert code(create(s, "v", WORKER_VERSION, version_spec(w, queueBindings=bindings))) == "dependency_conflict"
     bindings = [{"name": "OUT", "queue": {"resourceUid": w}}]  # a worker is no queue
-    assert (
-        code(create(s, "v", WORKER_VERSION, version_spec(w, queueBindings=bindings)))
-        == "dependency_conflict"
-    )
+    assert code(create(s, "v", WORKER_VERSION, version_spec(w, queueBindings=bindings))) == "dependency_conflict"
     bindings = [{"name": "REPORTS", "resource": {"resourceUid": q}}]  # a queue is no workflow
-    assert (
-        code(create(s, "v", WORKER_VERSION, version_spec(w, workflowBindings=bindings)))
-        == "dependency_conflict"
-    )
+    assert code(create(s, "v", WORKER_VERSION, version_spec(w, workflowBindings=bindings))) == "dependency_conflict"
     ok = [{"name": "OUT", "queue": {"resourceUid": q}}]
     assert reply(create(s, "v", WORKER_VERSION, version_spec(w, queueBindings=ok))).accepted
     assert not s.space("demo").by_ref("nothing")
@@ -354,9 +333,7 @@ def test_version_modules_must_fit_the_worker_runtime() -> None:
             s,
             "v",
             WORKER_VERSION,
-            version_spec(
-                py, mainModule="worker.py", modules=[{"name": "worker.py", "content": "x = 1"}]
-            ),
+            version_spec(py, mainModule="worker.py", modules=[{"name": "worker.py", "content": "x = 1"}]),
         )
     ).accepted
     assert reply(
@@ -428,9 +405,7 @@ def test_worker_observation_precedes_the_operation_end() -> None:
     v = verified(s, w)
     events = deploy(s, w, (v, 100))
     kinds = [(type(e).__name__, getattr(e, "uid", getattr(e, "state", None))) for e in events]
-    assert kinds.index(("ResourceObserved", w)) < kinds.index(
-        ("OperationStateChanged", "succeeded")
-    )
+    assert kinds.index(("ResourceObserved", w)) < kinds.index(("OperationStateChanged", "succeeded"))
 
 
 # ---- WorkerDeployment: shape -----------------------------------------------------------------
@@ -448,30 +423,23 @@ def test_deployment_shape() -> None:
     assert validate_deployment(deployment_spec("res_w", *eleven)) == {"/spec/versions"}
     ten = [(f"res_{i}", 10) for i in range(10)]
     assert validate_deployment(deployment_spec("res_w", *ten)) == set()
-    assert validate_deployment(deployment_spec("res_w", ("res_a", 50), ("res_b", 49))) == {
-        "/spec/versions"
-    }
+    assert validate_deployment(deployment_spec("res_w", ("res_a", 50), ("res_b", 49))) == {"/spec/versions"}
     assert validate_deployment(deployment_spec("res_w", ("res_a", 0), ("res_b", 100))) == {
         "/spec/versions/0/percentage"
     }
-    assert validate_deployment(deployment_spec("res_w", ("res_a", 101))) == {
-        "/spec/versions/0/percentage"
-    }
-    assert validate_deployment(deployment_spec("res_w", ("res_a", True))) == {
-        "/spec/versions/0/percentage"
-    }
+    assert validate_deployment(deployment_spec("res_w", ("res_a", 101))) == {"/spec/versions/0/percentage"}
+    assert validate_deployment(deployment_spec("res_w", ("res_a", True))) == {"/spec/versions/0/percentage"}
     assert validate_deployment(deployment_spec("res_w", ("res_a", 50.0), ("res_b", 50))) == {
         "/spec/versions/0/percentage"
     }
-    assert validate_deployment(deployment_spec("res_w", ("res_a", 50), ("res_a", 50))) == {
-        "/spec/versions/1/version"
-    }
+    assert validate_deployment(deployment_spec("res_w", ("res_a", 50), ("res_a", 50))) == {"/spec/versions/1/version"}
     spec = deployment_spec("res_w", ("res_a", 100))
     spec["versions"][0]["weight"] = 1
     assert validate_deployment(spec) == {"/spec/versions/0/weight"}
-    assert validate_deployment(
-        {"worker": "w", "versions": [{"version": {}, "percentage": 100}]}
-    ) == {"/spec/worker", "/spec/versions/0/version/resourceUid"}
+    assert validate_deployment({"worker": "w", "versions": [{"version": {}, "percentage": 100}]}) == {
+        "/spec/worker",
+        "/spec/versions/0/version/resourceUid",
+    }
 
 
 def test_deployment_sum_not_100_is_invalid_spec() -> None:
@@ -520,9 +488,7 @@ def test_deployment_refuses_a_version_known_to_fail() -> None:
     no_queue = verified(s, w, "nq", handlers=())
     run(
         s,
-        cmd(
-            "resource.update", {"ref": w, "spec": {"runtime": "javascript", "handlers": ["queue"]}}
-        ),
+        cmd("resource.update", {"ref": w, "spec": {"runtime": "javascript", "handlers": ["queue"]}}),
     )
     before = len(s.space("demo").resources)
     p = problem(deploy(s, w, (no_queue, 100)))
@@ -573,9 +539,7 @@ def test_weighting_a_verifying_version_awaits_then_succeeds() -> None:
     ended = report(s, op_id)
     assert op_state(s, events) == "succeeded" and res(s, "d").state == "active"
     assert any(
-        isinstance(e, r.OperationStateChanged)
-        and e.state == "succeeded"
-        and e.id == reply(events).operationId
+        isinstance(e, r.OperationStateChanged) and e.state == "succeeded" and e.id == reply(events).operationId
         for e in ended
     )  # in the same decision
     assert observed(s, w)["activeDeployment"] == {"resourceUid": res(s, "d").uid}
@@ -746,9 +710,7 @@ def _created(uid: str, worker_uid: str, modules: dict[str, str], main: str) -> r
         "mainModule": main,
         "modules": [{"name": n, "content": c} for n, c in modules.items()],
     }
-    return r.ResourceCreated(
-        uid, "demo", "v", WORKER_VERSION, json.dumps(spec), 1, f"op_{uid}", NOW
-    )
+    return r.ResourceCreated(uid, "demo", "v", WORKER_VERSION, json.dumps(spec), 1, f"op_{uid}", NOW)
 
 
 async def test_verifier_reports_exports_and_failures() -> None:
@@ -782,17 +744,10 @@ async def test_verifier_reports_exports_and_failures() -> None:
             "outcome": "succeeded",
             "observed": {"verified": True, "handlers": ["queue"], "workflowClasses": ["Flow"]},
         }
-        broken = await verifier.verify(
-            _created("res_b", "res_w", {"worker.js": "export default {"}, "worker.js")
-        )
+        broken = await verifier.verify(_created("res_b", "res_w", {"worker.js": "export default {"}, "worker.js"))
         assert broken["outcome"] == "failed" and broken["error"]["code"] == "invalid_spec"
-        assert (
-            broken["observed"]["verified"] is True
-            and "SyntaxError" in broken["observed"]["loadError"]
-        )
-        lacking = await verifier.verify(
-            _created("res_c", "res_w", {"worker.js": "export default {};"}, "worker.js")
-        )
+        assert broken["observed"]["verified"] is True and "SyntaxError" in broken["observed"]["loadError"]
+        lacking = await verifier.verify(_created("res_c", "res_w", {"worker.js": "export default {};"}, "worker.js"))
         assert lacking["outcome"] == "failed" and "queue" in lacking["error"]["detail"]  # QC-16
         assert lacking["observed"] == {"verified": True, "handlers": [], "workflowClasses": []}
         # The worker's later update (handlers dropped) is folded too.
@@ -806,14 +761,10 @@ async def test_verifier_reports_exports_and_failures() -> None:
                 NOW,
             )
         )
-        again = await verifier.verify(
-            _created("res_d", "res_w", {"worker.js": "export default {};"}, "worker.js")
-        )
+        again = await verifier.verify(_created("res_d", "res_w", {"worker.js": "export default {};"}, "worker.js"))
         assert again["outcome"] == "succeeded"
         verifier.fold(r.ResourceDeleted("res_w", "demo", "op_d", NOW))
-        orphan = await verifier.verify(
-            _created("res_e", "res_w", {"worker.js": GOOD_JS}, "worker.js")
-        )
+        orphan = await verifier.verify(_created("res_e", "res_w", {"worker.js": GOOD_JS}, "worker.js"))
         assert orphan["outcome"] == "failed"
         cmd_ = verifier.command("demo", good, NOW)
         assert cmd_.kind == "operation.report" and cmd_.admin and cmd_.principal == "sumi-verifier"

@@ -15,7 +15,8 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "records"
 SAMPLES = [
     r.CommandSubmitted("01j", "resource.create", "demo", "alice", False, '{"name":"q"}', 1, "k", "fp"),
     r.CommandDecided("01j", "demo", "alice", "resource.create", True, 202, 2, operationId="op_01j"),
-    r.SpaceCreated("demo", 1), r.SpaceDeleted("demo", 2),
+    r.SpaceCreated("demo", 1),
+    r.SpaceDeleted("demo", 2),
     r.TokenIssued("alice", "ab" * 32, False, 3, ({"space": "demo", "role": "editor"},)),
     r.TokensRevoked("alice", 4),
     r.ResourceCreated("res_1", "demo", "q", "u", "{}", 1, "op_1", 5),
@@ -66,8 +67,7 @@ def test_golden_records_of_earlier_builds_still_decode() -> None:
         assert type(record).__name__ == path.name.split(".")[0]
         expected = json.loads(path.with_suffix(".json").read_text())
         got = dataclasses.asdict(record)
-        got = {k: (v.hex() if isinstance(v, bytes) else list(v) if isinstance(v, tuple) else v)
-               for k, v in got.items()}
+        got = {k: (v.hex() if isinstance(v, bytes) else list(v) if isinstance(v, tuple) else v) for k, v in got.items()}
         assert got == expected
 
 
@@ -81,6 +81,8 @@ if __name__ == "__main__":
     for i, s in enumerate(SAMPLES):
         name = type(s).__name__
         (FIXTURES / f"{name}.1.bin").write_bytes(codec.encode(s))
-        d = {k: (v.hex() if isinstance(v, bytes) else list(v) if isinstance(v, tuple) else v)
-             for k, v in dataclasses.asdict(s).items()}
+        d = {
+            k: (v.hex() if isinstance(v, bytes) else list(v) if isinstance(v, tuple) else v)
+            for k, v in dataclasses.asdict(s).items()
+        }
         (FIXTURES / f"{name}.1.json").write_text(json.dumps(d, indent=1) + "\n")

@@ -45,23 +45,43 @@ def decide(state: ControlState, cmd: r.CommandSubmitted, now: int) -> Decision:
     return decision
 
 
-def _decided(cmd: r.CommandSubmitted, now: int, status: int, *, operation_id: str | None = None,
-             result: Any = None) -> r.CommandDecided:
+def _decided(
+    cmd: r.CommandSubmitted, now: int, status: int, *, operation_id: str | None = None, result: Any = None
+) -> r.CommandDecided:
     return r.CommandDecided(
-        commandId=cmd.commandId, space=cmd.space, principal=cmd.principal, kind=cmd.kind,
-        accepted=True, status=status, decidedAt=now, operationId=operation_id,
+        commandId=cmd.commandId,
+        space=cmd.space,
+        principal=cmd.principal,
+        kind=cmd.kind,
+        accepted=True,
+        status=status,
+        decidedAt=now,
+        operationId=operation_id,
         result=None if result is None else canonical(result),
-        idempotencyKey=cmd.idempotencyKey, fingerprint=cmd.fingerprint)
+        idempotencyKey=cmd.idempotencyKey,
+        fingerprint=cmd.fingerprint,
+    )
 
 
 def _reject(cmd: r.CommandSubmitted, now: int, problem: Problem) -> Decision:
-    return Decision([r.CommandDecided(
-        commandId=cmd.commandId, space=cmd.space, principal=cmd.principal, kind=cmd.kind,
-        accepted=False, status=problem.status, decidedAt=now,
-        problem=canonical(problem.to_json()))])
+    return Decision(
+        [
+            r.CommandDecided(
+                commandId=cmd.commandId,
+                space=cmd.space,
+                principal=cmd.principal,
+                kind=cmd.kind,
+                accepted=False,
+                status=problem.status,
+                decidedAt=now,
+                problem=canonical(problem.to_json()),
+            )
+        ]
+    )
 
 
 # ---- Spaces and tokens -----------------------------------------------------------------------
+
 
 def _space_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
     name = args["name"]
@@ -69,8 +89,7 @@ def _space_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, 
         raise Problem("invalid_request", "a Space name matches ^[a-z0-9][a-z0-9-]{0,62}$")
     if state.space_exists(name):
         raise Problem("name_conflict", f"Space {name} exists")
-    return Decision([r.SpaceCreated(name, now),
-                     _decided(cmd, now, 201, result={"name": name, "createdAt": now})])
+    return Decision([r.SpaceCreated(name, now), _decided(cmd, now, 201, result={"name": name, "createdAt": now})])
 
 
 def _space_delete(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
@@ -87,9 +106,12 @@ def _token_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, 
     if missing:
         raise Problem("invalid_request", f"grant names a Space that does not exist: {missing[0]}")
     grants = tuple({"space": g["space"], "role": g["role"]} for g in args["grants"])
-    return Decision([
-        r.TokenIssued(args["principal"], args["tokenHash"], bool(args["admin"]), now, grants),
-        _decided(cmd, now, 201, result={"principal": args["principal"]})])
+    return Decision(
+        [
+            r.TokenIssued(args["principal"], args["tokenHash"], bool(args["admin"]), now, grants),
+            _decided(cmd, now, 201, result={"principal": args["principal"]}),
+        ]
+    )
 
 
 def _token_revoke(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
@@ -97,6 +119,7 @@ def _token_revoke(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, 
 
 
 # ---- Resources -------------------------------------------------------------------------------
+
 
 def _replayed(space: SpaceState, cmd: r.CommandSubmitted, now: int) -> Decision | None:
     """QC-46, WF-16: the same key and request is the same Operation; another request is 422."""
@@ -107,8 +130,7 @@ def _replayed(space: SpaceState, cmd: r.CommandSubmitted, now: int) -> Decision 
         return None
     fingerprint, operation_id = seen
     if fingerprint != cmd.fingerprint:
-        raise Problem("idempotency_key_reused",
-                      "this Idempotency-Key was used with another method, path or body")
+        raise Problem("idempotency_key_reused", "this Idempotency-Key was used with another method, path or body")
     return Decision([_decided(cmd, now, 202, operation_id=operation_id)])
 
 
@@ -122,8 +144,9 @@ def _check_private_inputs(args: dict[str, Any]) -> None:
     # QC-10, WF-1: none of the supported Forms takes secret inputs.
     private = args.get("privateInputs")
     if private not in (None, {}):
-        raise Problem("invalid_spec", "this Form accepts no privateInputs",
-                      [FieldError("/privateInputs", "must be empty")])
+        raise Problem(
+            "invalid_spec", "this Form accepts no privateInputs", [FieldError("/privateInputs", "must be empty")]
+        )
 
 
 def _spec_errors(form_url: str, spec: Any) -> None:
@@ -132,17 +155,25 @@ def _spec_errors(form_url: str, spec: Any) -> None:
         raise Problem("invalid_spec", "the spec does not satisfy the Form", errors)
 
 
-def _start(cmd: r.CommandSubmitted, kind: str, uid: str, generation: int, now: int,
-           events: list[Any]) -> Decision:
+def _start(cmd: r.CommandSubmitted, kind: str, uid: str, generation: int, now: int, events: list[Any]) -> Decision:
     op_id = ids.operation_id(cmd.commandId)
     apply = r.CommandSubmitted(
-        commandId=f"{cmd.commandId}.apply", kind="operation.apply", space=cmd.space,
-        principal=cmd.principal, admin=cmd.admin, payload=canonical({"operationId": op_id}),
-        submittedAt=now)
+        commandId=f"{cmd.commandId}.apply",
+        kind="operation.apply",
+        space=cmd.space,
+        principal=cmd.principal,
+        admin=cmd.admin,
+        payload=canonical({"operationId": op_id}),
+        submittedAt=now,
+    )
     return Decision(
-        [r.OperationStarted(op_id, kind, cmd.space, uid, generation, cmd.principal, now), *events,
-         _decided(cmd, now, 202, operation_id=op_id)],
-        [apply])
+        [
+            r.OperationStarted(op_id, kind, cmd.space, uid, generation, cmd.principal, now),
+            *events,
+            _decided(cmd, now, 202, operation_id=op_id),
+        ],
+        [apply],
+    )
 
 
 def _resource_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
@@ -163,8 +194,9 @@ def _resource_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[st
     if problem:
         raise problem
     uid = ids.resource_uid(cmd.commandId)
-    events: list[Any] = [r.ResourceCreated(uid, space.name, name, form_url, canonical(spec), 1,
-                                           ids.operation_id(cmd.commandId), now)]
+    events: list[Any] = [
+        r.ResourceCreated(uid, space.name, name, form_url, canonical(spec), 1, ids.operation_id(cmd.commandId), now)
+    ]
     observed = FORMS[form_url].initial_observed(spec)
     if observed is not None:  # e.g. a WorkerVersion is {"verified": false} while it verifies
         events.append(r.ResourceObserved(uid, space.name, canonical(observed), now))
@@ -196,10 +228,19 @@ def _resource_update(state: ControlState, cmd: r.CommandSubmitted, args: dict[st
     if problem:
         raise problem
     generation = resource.generation + 1
-    return _start(cmd, "update", resource.uid, generation, now, [
-        r.ResourceUpdated(resource.uid, space.name, canonical(args["spec"]), generation,
-                          ids.operation_id(cmd.commandId), now),
-        r.ResourceStateChanged(resource.uid, space.name, "updating", now)])
+    return _start(
+        cmd,
+        "update",
+        resource.uid,
+        generation,
+        now,
+        [
+            r.ResourceUpdated(
+                resource.uid, space.name, canonical(args["spec"]), generation, ids.operation_id(cmd.commandId), now
+            ),
+            r.ResourceStateChanged(resource.uid, space.name, "updating", now),
+        ],
+    )
 
 
 def _resource_delete(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
@@ -211,8 +252,14 @@ def _resource_delete(state: ControlState, cmd: r.CommandSubmitted, args: dict[st
     problem = FORMS[resource.form].check_delete(space, resource)
     if problem:
         raise problem
-    return _start(cmd, "delete", resource.uid, resource.generation, now, [
-        r.ResourceStateChanged(resource.uid, space.name, "deleting", now)])
+    return _start(
+        cmd,
+        "delete",
+        resource.uid,
+        resource.generation,
+        now,
+        [r.ResourceStateChanged(resource.uid, space.name, "deleting", now)],
+    )
 
 
 def _operation_apply(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
@@ -229,8 +276,7 @@ def _operation_apply(state: ControlState, cmd: r.CommandSubmitted, args: dict[st
     running = r.OperationStateChanged(op.id, space.name, "running", "none", now)
     resource = space.resources.get(op.resource_uid)
     form = FORMS[resource.form] if resource is not None else None
-    if resource is not None and form is not None \
-            and form.completion(op.kind, space, resource) == "await":
+    if resource is not None and form is not None and form.completion(op.kind, space, resource) == "await":
         # An Operation that waits on other Resources may already be decidable (settle).
         outcome = form.settle(op.kind, space, resource)
         if outcome == "wait":
@@ -245,8 +291,7 @@ def _settled(space: SpaceState, op: Any, outcome: "str | Problem", now: int) -> 
     return _finish(space, op, now, succeeded=True)
 
 
-def _finish(space: SpaceState, op: Any, now: int, *, succeeded: bool,
-            error: dict[str, Any] | None = None) -> list[Any]:
+def _finish(space: SpaceState, op: Any, now: int, *, succeeded: bool, error: dict[str, Any] | None = None) -> list[Any]:
     if not succeeded:
         events: list[Any] = []
         if op.kind == "create":  # a failed create leaves no Resource behind; its name is free
@@ -256,12 +301,15 @@ def _finish(space: SpaceState, op: Any, now: int, *, succeeded: bool,
                 # A failed update leaves the previous spec in force (effect "none"). The
                 # generation stays the one the accepted PUT was given: generations count
                 # accepted PUTs, and the log shows the spec going back.
-                events.append(r.ResourceUpdated(op.resource_uid, space.name,
-                                                canonical(op.previous_spec), op.generation,
-                                                op.id, now))
+                events.append(
+                    r.ResourceUpdated(
+                        op.resource_uid, space.name, canonical(op.previous_spec), op.generation, op.id, now
+                    )
+                )
             events.append(r.ResourceStateChanged(op.resource_uid, space.name, "active", now))
-        return events + [r.OperationStateChanged(op.id, space.name, "failed", "none", now,
-                                                 canonical(error) if error else None)]
+        return events + [
+            r.OperationStateChanged(op.id, space.name, "failed", "none", now, canonical(error) if error else None)
+        ]
     done = r.OperationStateChanged(op.id, space.name, "succeeded", "complete", now)
     if op.kind == "delete":
         return [r.ResourceDeleted(op.resource_uid, space.name, op.id, now), done]
@@ -282,9 +330,16 @@ def _operation_report(state: ControlState, cmd: r.CommandSubmitted, args: dict[s
         events.append(r.ResourceObserved(op.resource_uid, space.name, canonical(args["observed"]), now))
     outcome = args["outcome"]
     if outcome == "reconciling":
-        events.append(r.OperationStateChanged(op.id, space.name, "reconciling",
-                                              args.get("effect", "unknown"), now,
-                                              canonical(args["error"]) if args.get("error") else None))
+        events.append(
+            r.OperationStateChanged(
+                op.id,
+                space.name,
+                "reconciling",
+                args.get("effect", "unknown"),
+                now,
+                canonical(args["error"]) if args.get("error") else None,
+            )
+        )
         return Decision(events)
     events += _finish(space, op, now, succeeded=outcome == "succeeded", error=args.get("error"))
     return Decision(events + _settle_waiting(space, events, op.id, now))
@@ -293,8 +348,11 @@ def _operation_report(state: ControlState, cmd: r.CommandSubmitted, args: dict[s
 def _after(space: SpaceState, events: list[Any], operations: bool = True) -> SpaceState:
     """The Space as it will be once `events` are folded (a scratch copy; state is untouched).
     Without `operations` only the Resources are carried (cheaper)."""
-    ops = {k: replace(v) for k, v in space.operations.items()
-           if v.state not in ("succeeded", "failed")} if operations else {}
+    ops = (
+        {k: replace(v) for k, v in space.operations.items() if v.state not in ("succeeded", "failed")}
+        if operations
+        else {}
+    )
     copy = SpaceState(space.name, space.exists, dict(space.resources), ops)
     scratch = ControlState({space.name: copy})
     for event in events:
@@ -329,8 +387,7 @@ def _observe_workers(space: SpaceState, events: list[Any], now: int) -> list[Any
     def form_of(uid: str) -> str | None:
         return created.get(uid) or getattr(space.resources.get(uid), "form", None)
 
-    touched = {e.uid for e in events
-               if isinstance(e, _RESOURCE_EVENTS) and form_of(e.uid) in worker_forms}
+    touched = {e.uid for e in events if isinstance(e, _RESOURCE_EVENTS) and form_of(e.uid) in worker_forms}
     if not touched:
         return events
     after = _after(space, events, operations=False)
@@ -349,16 +406,19 @@ def _observe_workers(space: SpaceState, events: list[Any], now: int) -> list[Any
         if worker is None or worker.form != MODULE_WORKER:
             continue
         active = active_deployment(after, uid)
-        observed = {"activeDeployment": {"resourceUid": active.uid} if active else None,
-                    "versions": sum(1 for v in after.resources.values()
-                                    if v.form == WORKER_VERSION and worker_of(v.spec) == uid)}
+        observed = {
+            "activeDeployment": {"resourceUid": active.uid} if active else None,
+            "versions": sum(
+                1 for v in after.resources.values() if v.form == WORKER_VERSION and worker_of(v.spec) == uid
+            ),
+        }
         if dict(worker.observed) != observed:
             observations.append(r.ResourceObserved(uid, space.name, canonical(observed), now))
     if not observations:
         return events
     # Right after the last Resource record: before the Operation is seen to end (read your writes).
     last = max(i for i, e in enumerate(events) if isinstance(e, _RESOURCE_EVENTS))
-    return events[:last + 1] + observations + events[last + 1:]
+    return events[: last + 1] + observations + events[last + 1 :]
 
 
 def _resource_observe(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
@@ -370,13 +430,17 @@ def _resource_observe(state: ControlState, cmd: r.CommandSubmitted, args: dict[s
     return Decision([r.ResourceObserved(resource.uid, space.name, canonical(args["observed"]), now)])
 
 
-_RESOURCE_EVENTS = (r.ResourceCreated, r.ResourceUpdated, r.ResourceStateChanged,
-                    r.ResourceObserved, r.ResourceDeleted)
+_RESOURCE_EVENTS = (r.ResourceCreated, r.ResourceUpdated, r.ResourceStateChanged, r.ResourceObserved, r.ResourceDeleted)
 
 _HANDLERS: dict[str, Callable[[ControlState, r.CommandSubmitted, dict[str, Any], int], Decision]] = {
-    "space.create": _space_create, "space.delete": _space_delete,
-    "token.create": _token_create, "token.revoke": _token_revoke,
-    "resource.create": _resource_create, "resource.update": _resource_update,
-    "resource.delete": _resource_delete, "operation.apply": _operation_apply,
-    "operation.report": _operation_report, "resource.observe": _resource_observe,
+    "space.create": _space_create,
+    "space.delete": _space_delete,
+    "token.create": _token_create,
+    "token.revoke": _token_revoke,
+    "resource.create": _resource_create,
+    "resource.update": _resource_update,
+    "resource.delete": _resource_delete,
+    "operation.apply": _operation_apply,
+    "operation.report": _operation_report,
+    "resource.observe": _resource_observe,
 }

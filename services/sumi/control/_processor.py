@@ -37,8 +37,7 @@ class ControlLogic:
 
 def control_runner(settings: Settings) -> TransactionalRunner:
     logic = ControlLogic(settings)
-    return TransactionalRunner(settings, "control", settings.topic("commands"),
-                               settings.topic("control"), logic)
+    return TransactionalRunner(settings, "control", settings.topic("commands"), settings.topic("control"), logic)
 
 
 async def serve(settings: Settings) -> None:

@@ -44,8 +44,9 @@ class SpaceState:
         return next((res for res in self.resources.values() if res.name == ref), None)
 
     def unfinished_operation(self, uid: str) -> OperationView | None:
-        return next((op for op in self.operations.values()
-                     if op.resource_uid == uid and op.state not in TERMINAL), None)
+        return next(
+            (op for op in self.operations.values() if op.resource_uid == uid and op.state not in TERMINAL), None
+        )
 
 
 @dataclass
@@ -78,7 +79,8 @@ def _space_deleted(s: ControlState, rec: r.SpaceDeleted) -> None:
 
 def _resource_created(s: ControlState, rec: r.ResourceCreated) -> None:
     s.space(rec.space).resources[rec.uid] = ResourceView(
-        rec.uid, rec.name, rec.form, json.loads(rec.spec), "creating", rec.generation)
+        rec.uid, rec.name, rec.form, json.loads(rec.spec), "creating", rec.generation
+    )
 
 
 def _resource_updated(s: ControlState, rec: r.ResourceUpdated) -> None:
@@ -107,7 +109,8 @@ def _resource_deleted(s: ControlState, rec: r.ResourceDeleted) -> None:
 
 def _operation_started(s: ControlState, rec: r.OperationStarted) -> None:
     s.space(rec.space).operations[rec.id] = OperationView(
-        rec.id, rec.kind, rec.resourceUid, rec.generation, rec.principal)
+        rec.id, rec.kind, rec.resourceUid, rec.generation, rec.principal
+    )
 
 
 def _operation_state(s: ControlState, rec: r.OperationStateChanged) -> None:
@@ -120,14 +123,18 @@ def _operation_state(s: ControlState, rec: r.OperationStateChanged) -> None:
 
 def _command_decided(s: ControlState, rec: r.CommandDecided) -> None:
     if rec.accepted and rec.idempotencyKey and rec.operationId and rec.fingerprint:
-        s.space(rec.space).idempotency[(rec.principal, rec.idempotencyKey)] = (
-            rec.fingerprint, rec.operationId)
+        s.space(rec.space).idempotency[(rec.principal, rec.idempotencyKey)] = (rec.fingerprint, rec.operationId)
 
 
 _EVOLVERS: dict[type, Any] = {
-    r.SpaceCreated: _space_created, r.SpaceDeleted: _space_deleted,
-    r.ResourceCreated: _resource_created, r.ResourceUpdated: _resource_updated,
-    r.ResourceStateChanged: _resource_state, r.ResourceObserved: _resource_observed,
-    r.ResourceDeleted: _resource_deleted, r.OperationStarted: _operation_started,
-    r.OperationStateChanged: _operation_state, r.CommandDecided: _command_decided,
+    r.SpaceCreated: _space_created,
+    r.SpaceDeleted: _space_deleted,
+    r.ResourceCreated: _resource_created,
+    r.ResourceUpdated: _resource_updated,
+    r.ResourceStateChanged: _resource_state,
+    r.ResourceObserved: _resource_observed,
+    r.ResourceDeleted: _resource_deleted,
+    r.OperationStarted: _operation_started,
+    r.OperationStateChanged: _operation_state,
+    r.CommandDecided: _command_decided,
 }

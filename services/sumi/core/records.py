@@ -222,20 +222,52 @@ class QueuePurged:
 
 
 Record = (
-    CommandSubmitted | CommandDecided | SpaceCreated | SpaceDeleted | TokenIssued | TokensRevoked
-    | ResourceCreated | ResourceUpdated | ResourceStateChanged | ResourceObserved | ResourceDeleted
-    | OperationStarted | OperationStateChanged | MessageAccepted
-    | BatchDelivered | MessagesAcknowledged | MessageRetryScheduled | MessageDeadLettered
-    | MessageDiscarded | BatchEnded | QueuePurged
+    CommandSubmitted
+    | CommandDecided
+    | SpaceCreated
+    | SpaceDeleted
+    | TokenIssued
+    | TokensRevoked
+    | ResourceCreated
+    | ResourceUpdated
+    | ResourceStateChanged
+    | ResourceObserved
+    | ResourceDeleted
+    | OperationStarted
+    | OperationStateChanged
+    | MessageAccepted
+    | BatchDelivered
+    | MessagesAcknowledged
+    | MessageRetryScheduled
+    | MessageDeadLettered
+    | MessageDiscarded
+    | BatchEnded
+    | QueuePurged
 )
 
 RECORD_TYPES: dict[str, type] = {
     cls.__name__: cls
     for cls in (
-        CommandSubmitted, CommandDecided, SpaceCreated, SpaceDeleted, TokenIssued, TokensRevoked,
-        ResourceCreated, ResourceUpdated, ResourceStateChanged, ResourceObserved, ResourceDeleted,
-        OperationStarted, OperationStateChanged, MessageAccepted,
-        BatchDelivered, MessagesAcknowledged, MessageRetryScheduled, MessageDeadLettered,
-        MessageDiscarded, BatchEnded, QueuePurged,
+        CommandSubmitted,
+        CommandDecided,
+        SpaceCreated,
+        SpaceDeleted,
+        TokenIssued,
+        TokensRevoked,
+        ResourceCreated,
+        ResourceUpdated,
+        ResourceStateChanged,
+        ResourceObserved,
+        ResourceDeleted,
+        OperationStarted,
+        OperationStateChanged,
+        MessageAccepted,
+        BatchDelivered,
+        MessagesAcknowledged,
+        MessageRetryScheduled,
+        MessageDeadLettered,
+        MessageDiscarded,
+        BatchEnded,
+        QueuePurged,
     )
 }

@@ -44,8 +44,9 @@ class Logic(Protocol):
 
 
 class TransactionalRunner:
-    def __init__(self, settings: Settings, name: str, input_topic: str, changelog_topic: str,
-                 logic: Logic, instance: str = "0") -> None:
+    def __init__(
+        self, settings: Settings, name: str, input_topic: str, changelog_topic: str, logic: Logic, instance: str = "0"
+    ) -> None:
         self.settings = settings
         self.name = name
         self.input_topic = input_topic
@@ -59,16 +60,25 @@ class TransactionalRunner:
         self.epoch = 0
 
     async def run(self) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap,
-                                    transactional_id=self.transactional_id, enable_idempotence=True,
-                                    linger_ms=1, max_request_size=MAX_RECORD_BYTES)
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap,
-                                    group_id=self.group, isolation_level="read_committed",
-                                    # Static membership: a restarted instance takes its partitions
-                                    # back at once instead of after the dead one's session expires.
-                                    group_instance_id=self.transactional_id,
-                                    session_timeout_ms=10000, heartbeat_interval_ms=2000,
-                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            transactional_id=self.transactional_id,
+            enable_idempotence=True,
+            linger_ms=1,
+            max_request_size=MAX_RECORD_BYTES,
+        )
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            group_id=self.group,
+            isolation_level="read_committed",
+            # Static membership: a restarted instance takes its partitions
+            # back at once instead of after the dead one's session expires.
+            group_instance_id=self.transactional_id,
+            session_timeout_ms=10000,
+            heartbeat_interval_ms=2000,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
         await producer.start()
         await consumer.start()
         try:
@@ -95,8 +105,12 @@ class TransactionalRunner:
             for messages in batch.values():
                 for message in messages:
                     for out in self.logic.handle(codec.decode(message.value), int(time.time() * 1000)):
-                        await producer.send(out.topic, codec.encode(out.record), key=out.key.encode(),
-                                            partition=partition_for(out.key, self.settings.partitions))
+                        await producer.send(
+                            out.topic,
+                            codec.encode(out.record),
+                            key=out.key.encode(),
+                            partition=partition_for(out.key, self.settings.partitions),
+                        )
             offsets = {tp: messages[-1].offset + 1 for tp, messages in batch.items()}
             await producer.send_offsets_to_transaction(offsets, self.group)
 
@@ -105,8 +119,9 @@ class TransactionalRunner:
         tps = [TopicPartition(self.changelog_topic, p) for p in partitions]
         if not tps:
             return
-        reader = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap,
-                                  isolation_level="read_committed", enable_auto_commit=False)
+        reader = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap, isolation_level="read_committed", enable_auto_commit=False
+        )
         await reader.start()
         try:
             reader.assign(tps)

@@ -25,8 +25,9 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     forever = {"cleanup.policy": "delete", "retention.ms": "-1"}
     large = {"max.message.bytes": str(MAX_RECORD_BYTES)}
     return [
-        TopicSpec(settings.topic("commands"),
-                  {"cleanup.policy": "delete", "retention.ms": str(7 * 86400_000), **large}),
+        TopicSpec(
+            settings.topic("commands"), {"cleanup.policy": "delete", "retention.ms": str(7 * 86400_000), **large}
+        ),
         TopicSpec(settings.topic("control"), {**forever, **large}),
         TopicSpec(settings.topic("queue"), forever),
     ]
@@ -50,7 +51,8 @@ async def ensure_topics(settings: Settings) -> None:
         existing = set(await admin.list_topics())
         missing = [
             NewTopic(t.name, settings.partitions, settings.replication, topic_configs=t.config)
-            for t in topic_specs(settings) if t.name not in existing
+            for t in topic_specs(settings)
+            if t.name not in existing
         ]
         if missing:
             try:
@@ -59,7 +61,6 @@ async def ensure_topics(settings: Settings) -> None:
                 pass  # another process won the race: same topics, same settings
         present = [t for t in topic_specs(settings) if t.name in existing]
         if present:  # an older install's topics get today's settings (AlterConfigs sets them whole)
-            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, t.name, t.config)
-                                       for t in present])
+            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, t.name, t.config) for t in present])
     finally:
         await admin.close()

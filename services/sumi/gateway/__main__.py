@@ -8,8 +8,7 @@ from sumi.gateway import create_app
 
 def main() -> None:
     settings = Settings.from_env()
-    uvicorn.run(create_app(settings), host=settings.http_host, port=settings.http_port,
-                log_level="warning")
+    uvicorn.run(create_app(settings), host=settings.http_host, port=settings.http_port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,10 @@ def routes() -> list[BaseRoute]:
     return [
         *_service.routes,
         route("/openapi.json", GET=openapi_json),
-        *_spaces.routes, *_tokens.routes, *_resources.routes, *_operations.routes,
+        *_spaces.routes,
+        *_tokens.routes,
+        *_resources.routes,
+        *_operations.routes,
         *_queues.routes,
         Mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui"),
     ]

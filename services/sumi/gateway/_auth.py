@@ -39,12 +39,10 @@ async def authenticate(request: Request) -> Caller:
     if token is None:
         raise Problem("unauthenticated", "missing bearer token")
     db = backend(request)
-    row = await db.fetchone("SELECT principal, admin FROM tokens WHERE token_hash = %s",
-                            (token_hash(token),))
+    row = await db.fetchone("SELECT principal, admin FROM tokens WHERE token_hash = %s", (token_hash(token),))
     if row is None:
         raise Problem("unauthenticated", "unknown or revoked token")
-    grants = await db.fetchall("SELECT space, role FROM grants WHERE principal = %s",
-                               (row["principal"],))
+    grants = await db.fetchall("SELECT space, role FROM grants WHERE principal = %s", (row["principal"],))
     return Caller(row["principal"], row["admin"], {g["space"]: g["role"] for g in grants})
 
 
@@ -62,7 +60,8 @@ async def authorize(request: Request, space: str, write: bool = False) -> Caller
     caller = await authenticate(request)
     role = caller.role(space)
     exists = role is not None and await backend(request).fetchone(
-        "SELECT 1 AS one FROM spaces WHERE name = %s", (space,))
+        "SELECT 1 AS one FROM spaces WHERE name = %s", (space,)
+    )
     if not exists:
         raise Problem("not_found", f"no Space {space!r} visible to this token")
     if write and role != "editor":

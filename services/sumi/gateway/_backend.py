@@ -35,7 +35,11 @@ class Backend:
         # open(wait=False): the gateway comes up even while Postgres is still starting;
         # /readyz reports it, requests answer 503 until it answers.
         self._pool = AsyncConnectionPool(
-            s.database_url, open=False, min_size=2, max_size=16, timeout=5.0,
+            s.database_url,
+            open=False,
+            min_size=2,
+            max_size=16,
+            timeout=5.0,
             kwargs={"options": f"-c search_path={s.db_schema}", "autocommit": True},
         )
         await self._pool.open(wait=False)
@@ -67,16 +71,13 @@ class Backend:
 
     async def send(self, topic: str, key: str, value: bytes) -> RecordMetadata:
         """Append one record with acks=all; returns once it is durable."""
-        return await self.producer.send_and_wait(
-            topic, value, key=key.encode(), partition=self.partition(key))
+        return await self.producer.send_and_wait(topic, value, key=key.encode(), partition=self.partition(key))
 
-    async def send_in_order(self, topic: str, key: str,
-                            values: list[bytes]) -> list[RecordMetadata]:
+    async def send_in_order(self, topic: str, key: str, values: list[bytes]) -> list[RecordMetadata]:
         # Enqueue all first, then await: one partition + the idempotent producer keep
         # array order while the batch shares round trips.
         part = self.partition(key)
-        futures = [await self.producer.send(topic, v, key=key.encode(), partition=part)
-                   for v in values]
+        futures = [await self.producer.send(topic, v, key=key.encode(), partition=part) for v in values]
         return [await f for f in futures]
 
 
@@ -87,10 +88,14 @@ async def _start_producer(settings: Settings, wait: float) -> AIOKafkaProducer:
         # default 16 KiB), and a short linger lets concurrent sends share a produce request:
         # fewer, larger appends cost the broker less per record. A batch stays well under the
         # queue topic's 1 MiB record-batch limit (a larger record still goes alone).
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap,
-                                    acks="all", enable_idempotence=True,
-                                    max_request_size=MAX_RECORD_BYTES,
-                                    max_batch_size=BATCH_BYTES, linger_ms=2)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=settings.kafka_bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            max_request_size=MAX_RECORD_BYTES,
+            max_batch_size=BATCH_BYTES,
+            linger_ms=2,
+        )
         try:
             await producer.start()
             return producer

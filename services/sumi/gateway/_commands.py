@@ -48,9 +48,14 @@ class Decision:
 
 def command_record(command: Command, caller: Caller, command_id: str) -> CommandSubmitted:
     return CommandSubmitted(
-        commandId=command_id, kind=command.kind, space=command.space,
-        principal=caller.principal, admin=caller.admin, payload=canonical(command.payload),
-        submittedAt=int(time.time() * 1000), idempotencyKey=command.idempotency_key,
+        commandId=command_id,
+        kind=command.kind,
+        space=command.space,
+        principal=caller.principal,
+        admin=caller.admin,
+        payload=canonical(command.payload),
+        submittedAt=int(time.time() * 1000),
+        idempotencyKey=command.idempotency_key,
         fingerprint=command.fingerprint,
     )
 
@@ -62,21 +67,21 @@ async def decide(request: Request, caller: Caller, command: Command) -> Decision
     started, timeout = time.monotonic(), db.settings.decision_timeout
     # One budget for append and decision: a broker that cannot take the command in time
     # is answered like a processor that cannot decide it in time.
-    await asyncio.wait_for(db.send(db.settings.topic("commands"), command.key,
-                                   encode(command_record(command, caller, command_id))), timeout)
+    await asyncio.wait_for(
+        db.send(db.settings.topic("commands"), command.key, encode(command_record(command, caller, command_id))),
+        timeout,
+    )
     remaining = max(timeout - (time.monotonic() - started), 0.0)
     row = await poll(lambda: _decision_row(db, command_id), remaining)
     if row is None:
-        raise Problem("backend_unavailable",
-                      "no decision in time; retry with the same Idempotency-Key")
-    return Decision(row["accepted"], row["status"], row["operation_id"], row["problem"],
-                    row["result"])
+        raise Problem("backend_unavailable", "no decision in time; retry with the same Idempotency-Key")
+    return Decision(row["accepted"], row["status"], row["operation_id"], row["problem"], row["result"])
 
 
 async def _decision_row(db: Backend, command_id: str) -> Row | None:
     return await db.fetchone(
-        "SELECT accepted, status, operation_id, problem, result FROM decisions "
-        "WHERE command_id = %s", (command_id,))
+        "SELECT accepted, status, operation_id, problem, result FROM decisions WHERE command_id = %s", (command_id,)
+    )
 
 
 async def respond(request: Request, decision: Decision) -> Response:
@@ -89,19 +94,18 @@ async def respond(request: Request, decision: Decision) -> Response:
     if decision.status == 204 or decision.result is None:
         return Response(status_code=decision.status)
     result = decision.result
-    return JSONResponse(with_rfc3339(result) if isinstance(result, dict) else result,
-                        status_code=decision.status)
+    return JSONResponse(with_rfc3339(result) if isinstance(result, dict) else result, status_code=decision.status)
 
 
 async def operation_response(request: Request, operation_id: str, status: int) -> Response:
     db = backend(request)
-    row = await poll(lambda: db.fetchone(
-        f"SELECT {OPERATION_COLUMNS} FROM operations WHERE id = %s", (operation_id,)),
-        db.settings.decision_timeout)
+    row = await poll(
+        lambda: db.fetchone(f"SELECT {OPERATION_COLUMNS} FROM operations WHERE id = %s", (operation_id,)),
+        db.settings.decision_timeout,
+    )
     if row is None:
         raise Problem("backend_unavailable", "the Operation is not readable yet; retry")
-    return JSONResponse(operation_json(row), status_code=status,
-                        headers={"Location": f"/v2/operations/{operation_id}"})
+    return JSONResponse(operation_json(row), status_code=status, headers={"Location": f"/v2/operations/{operation_id}"})
 
 
 async def submit(request: Request, caller: Caller, command: Command) -> Response:

@@ -31,14 +31,12 @@ def _no_constant(name: str) -> Any:
 def parse_json(raw: bytes) -> Any:
     """RFC 8259 JSON only: no NaN/Infinity, no duplicate keys (they would be ambiguous)."""
     try:
-        return json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates,
-                          parse_constant=_no_constant)
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError) as exc:
         raise Problem("invalid_request", f"the body is not valid JSON: {exc}") from None
 
 
-def check_object(body: Any, required: Iterable[str],
-                 optional: Iterable[str] = ()) -> dict[str, Any]:
+def check_object(body: Any, required: Iterable[str], optional: Iterable[str] = ()) -> dict[str, Any]:
     """A JSON object with exactly the allowed keys (unknown keys are rejected, never ignored)."""
     if not isinstance(body, dict):
         raise Problem("invalid_request", "the body must be a JSON object")
@@ -73,8 +71,7 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     return b"".join(chunks)
 
 
-async def read_object(request: Request, required: Iterable[str],
-                      optional: Iterable[str] = ()) -> dict[str, Any]:
+async def read_object(request: Request, required: Iterable[str], optional: Iterable[str] = ()) -> dict[str, Any]:
     return check_object(parse_json(await read_body(request)), required, optional)
 
 
@@ -99,6 +96,5 @@ def idempotency_key(value: str | None, required: bool) -> str | None:
             raise Problem("idempotency_key_required", "this request needs an Idempotency-Key")
         return None
     if not 1 <= len(value) <= 255 or any(not 0x21 <= ord(c) <= 0x7E for c in value):
-        raise Problem("invalid_request",
-                      "Idempotency-Key must be 1..255 visible ASCII characters")
+        raise Problem("invalid_request", "Idempotency-Key must be 1..255 visible ASCII characters")
     return value

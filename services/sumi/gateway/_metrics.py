@@ -11,10 +11,10 @@ class Metrics:
         # A registry of its own, so several apps in one process (tests) do not collide.
         self.registry = CollectorRegistry()
         labels = ("method", "route", "status")
-        self.requests = Counter("sumi_http_requests", "HTTP requests answered", labels,
-                                registry=self.registry)
-        self.latency = Histogram("sumi_http_request_duration_seconds",
-                                 "Time to answer an HTTP request", labels, registry=self.registry)
+        self.requests = Counter("sumi_http_requests", "HTTP requests answered", labels, registry=self.registry)
+        self.latency = Histogram(
+            "sumi_http_request_duration_seconds", "Time to answer an HTTP request", labels, registry=self.registry
+        )
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()

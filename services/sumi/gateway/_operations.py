@@ -15,8 +15,7 @@ MAX_WAIT = 60
 
 
 async def _fetch(db: Backend, operation_id: str) -> Row | None:
-    return await db.fetchone(f"SELECT {OPERATION_COLUMNS} FROM operations WHERE id = %s",
-                             (operation_id,))
+    return await db.fetchone(f"SELECT {OPERATION_COLUMNS} FROM operations WHERE id = %s", (operation_id,))
 
 
 async def _finished(db: Backend, operation_id: str) -> Row | None:

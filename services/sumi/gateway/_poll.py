@@ -7,8 +7,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-async def poll(fetch: Callable[[], Awaitable[T | None]], timeout: float,
-               first: float = 0.01, cap: float = 0.05) -> T | None:
+async def poll(
+    fetch: Callable[[], Awaitable[T | None]], timeout: float, first: float = 0.01, cap: float = 0.05
+) -> T | None:
     """Call `fetch` until it returns something or `timeout` passes; None on timeout.
 
     Starts fast (a decision usually lands within tens of milliseconds) and backs

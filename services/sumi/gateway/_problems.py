@@ -24,13 +24,11 @@ MEDIA_TYPE = "application/problem+json"
 
 # Errors that mean "a backend could not be reached in time": nothing is known to
 # have happened, so the client may retry with the same Idempotency-Key (WF-27).
-CONNECTIVITY = (psycopg.OperationalError, KafkaError, TimeoutError, asyncio.TimeoutError,
-                ConnectionError)
+CONNECTIVITY = (psycopg.OperationalError, KafkaError, TimeoutError, asyncio.TimeoutError, ConnectionError)
 
 
 def body_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
-    return JSONResponse(body, status_code=int(body["status"]), media_type=MEDIA_TYPE,
-                        headers=headers)
+    return JSONResponse(body, status_code=int(body["status"]), media_type=MEDIA_TYPE, headers=headers)
 
 
 def problem_response(problem: Problem, instance: str | None = None) -> Response:
@@ -63,10 +61,16 @@ def unexpected_response(exc: BaseException, path: str) -> Response:
         return problem_response(problem, path)
     log.error("unexpected error on %s", path, exc_info=exc)
     # The contract has no code for a bug; keep the Problem shape all the same.
-    return body_response({"type": "urn:sumi:problem:internal_error", "title": "Internal error",
-                          "status": 500, "code": "internal_error",
-                          "detail": "an unexpected error occurred; it has been logged",
-                          "instance": path})
+    return body_response(
+        {
+            "type": "urn:sumi:problem:internal_error",
+            "title": "Internal error",
+            "status": 500,
+            "code": "internal_error",
+            "detail": "an unexpected error occurred; it has been logged",
+            "instance": path,
+        }
+    )
 
 
 class CatchAll:

@@ -27,27 +27,28 @@ def decode_body(value: Any, index: int) -> bytes:
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        raise Problem("invalid_request",
-                      f"messages[{index}].body is not standard padded base64") from None
+        raise Problem("invalid_request", f"messages[{index}].body is not standard padded base64") from None
 
 
 def parse_message(item: Any, index: int) -> Outgoing:
     check_object(item, {"body"}, {"delaySeconds"})
     delay = item.get("delaySeconds", 0)
-    require(is_int(delay) and 0 <= delay <= MAX_DELAY,
-            f"messages[{index}].delaySeconds must be an integer 0..{MAX_DELAY}")
+    require(
+        is_int(delay) and 0 <= delay <= MAX_DELAY, f"messages[{index}].delaySeconds must be an integer 0..{MAX_DELAY}"
+    )
     body = decode_body(item["body"], index)
     if len(body) > MAX_BODY:
-        raise Problem("message_too_large",
-                      f"messages[{index}].body is {len(body)} bytes; the limit is {MAX_BODY}")
+        raise Problem("message_too_large", f"messages[{index}].body is {len(body)} bytes; the limit is {MAX_BODY}")
     return Outgoing(body, delay)
 
 
 def parse_messages(body: dict[str, Any]) -> list[Outgoing]:
     check_object(body, {"messages"})
     items = body["messages"]
-    require(isinstance(items, list) and 1 <= len(items) <= MAX_MESSAGES,
-            f"messages must be an array of 1..{MAX_MESSAGES} messages")
+    require(
+        isinstance(items, list) and 1 <= len(items) <= MAX_MESSAGES,
+        f"messages must be an array of 1..{MAX_MESSAGES} messages",
+    )
     return [parse_message(item, i) for i, item in enumerate(items)]
 
 
@@ -59,5 +60,7 @@ def message_ids(queue_uid: str, principal: str, key: str | None, count: int) -> 
     """
     if key is None:
         return [message_id(new_ulid()) for _ in range(count)]
-    return [message_id(hashlib.sha256(f"{queue_uid}\n{principal}\n{key}\n{i}".encode())
-                       .hexdigest()[:26]) for i in range(count)]
+    return [
+        message_id(hashlib.sha256(f"{queue_uid}\n{principal}\n{key}\n{i}".encode()).hexdigest()[:26])
+        for i in range(count)
+    ]

@@ -45,8 +45,8 @@ async def resolve_queue(request: Request, write: bool) -> tuple[Caller, Row]:
     caller = await authorize(request, space, write=write)
     column = "uid" if "_" in ref else "name"
     row = await backend(request).fetchone(
-        f"SELECT uid, state FROM resources WHERE space = %s AND form = %s AND {column} = %s",
-        (space, QUEUE, ref))
+        f"SELECT uid, state FROM resources WHERE space = %s AND form = %s AND {column} = %s", (space, QUEUE, ref)
+    )
     if row is None or (write and row["state"] not in LIVE):
         raise Problem("not_found", f"no AtLeastOnceQueue {ref!r} in Space {space!r}")
     return caller, row
@@ -60,26 +60,44 @@ async def send_messages(request: Request) -> Response:
     db = backend(request)
     # A replay re-derives the same IDs; whatever the projection already holds was appended.
     # Without a key the IDs are fresh ULIDs: nothing can hold them yet, so nothing to look up.
-    known = {r["message_id"] for r in await db.fetchall(
-        "SELECT message_id FROM queue_messages WHERE message_id = ANY(%s)", (ids,))} if key else set()
+    known = (
+        {
+            r["message_id"]
+            for r in await db.fetchall("SELECT message_id FROM queue_messages WHERE message_id = ANY(%s)", (ids,))
+        }
+        if key
+        else set()
+    )
     todo = [(mid, m) for mid, m in zip(ids, messages, strict=True) if mid not in known]
     if todo:
         await _append(db, request.path_params["space"], queue["uid"], caller, key, todo)
     return JSONResponse({"messageIds": ids}, status_code=202)
 
 
-async def _append(db: Backend, space: str, queue_uid: str, caller: Caller, key: str | None,
-                  todo: list[tuple[str, Outgoing]]) -> None:
+async def _append(
+    db: Backend, space: str, queue_uid: str, caller: Caller, key: str | None, todo: list[tuple[str, Outgoing]]
+) -> None:
     now = int(time.time() * 1000)
-    records = [encode(MessageAccepted(
-        queueUid=queue_uid, space=space, messageId=mid, body=m.body, acceptedAt=now,
-        visibleAt=now + m.delay_seconds * 1000, principal=caller.principal, idempotencyKey=key))
-        for mid, m in todo]
+    records = [
+        encode(
+            MessageAccepted(
+                queueUid=queue_uid,
+                space=space,
+                messageId=mid,
+                body=m.body,
+                acceptedAt=now,
+                visibleAt=now + m.delay_seconds * 1000,
+                principal=caller.principal,
+                idempotencyKey=key,
+            )
+        )
+        for mid, m in todo
+    ]
     # Bounded like a command: on timeout the client retries with its Idempotency-Key, which
     # re-derives the same message IDs (the projection keeps the first of any duplicate).
     metas = await asyncio.wait_for(
-        db.send_in_order(db.settings.topic("queue"), queue_uid, records),
-        db.settings.decision_timeout)
+        db.send_in_order(db.settings.topic("queue"), queue_uid, records), db.settings.decision_timeout
+    )
     await _await_projection(db, metas[-1].partition, metas[-1].offset)
 
 
@@ -89,8 +107,9 @@ async def _await_projection(db: Backend, partition: int, offset: int) -> None:
 
     async def caught_up() -> bool | None:
         row = await db.fetchone(
-            "SELECT next_offset FROM projection_offsets WHERE projection = 'queue' "
-            "AND topic = %s AND partition = %s", (topic, partition))
+            "SELECT next_offset FROM projection_offsets WHERE projection = 'queue' AND topic = %s AND partition = %s",
+            (topic, partition),
+        )
         return True if row is not None and row["next_offset"] > offset else None
 
     if await poll(caught_up, db.settings.decision_timeout) is None:
@@ -105,17 +124,29 @@ async def queue_stats(request: Request) -> Response:
         "SELECT count(*) FILTER (WHERE state = 'pending' AND visible_at <= now()) AS ready, "
         "count(*) FILTER (WHERE state = 'pending' AND visible_at > now()) AS delayed, "
         "count(*) FILTER (WHERE state = 'inflight') AS in_flight, now() AS observed_at "
-        "FROM queue_messages WHERE queue_uid = %s", (queue["uid"],))
-    totals = await db.fetchone(
-        "SELECT acknowledged, retried, dead_lettered, discarded FROM queue_counters "
-        "WHERE queue_uid = %s", (queue["uid"],)) or {}
+        "FROM queue_messages WHERE queue_uid = %s",
+        (queue["uid"],),
+    )
+    totals = (
+        await db.fetchone(
+            "SELECT acknowledged, retried, dead_lettered, discarded FROM queue_counters WHERE queue_uid = %s",
+            (queue["uid"],),
+        )
+        or {}
+    )
     assert counts is not None
-    return JSONResponse({
-        "ready": counts["ready"], "delayed": counts["delayed"], "inFlight": counts["in_flight"],
-        "acknowledged": totals.get("acknowledged", 0), "retried": totals.get("retried", 0),
-        "deadLettered": totals.get("dead_lettered", 0), "discarded": totals.get("discarded", 0),
-        "observedAt": rfc3339(counts["observed_at"]),
-    })
+    return JSONResponse(
+        {
+            "ready": counts["ready"],
+            "delayed": counts["delayed"],
+            "inFlight": counts["in_flight"],
+            "acknowledged": totals.get("acknowledged", 0),
+            "retried": totals.get("retried", 0),
+            "deadLettered": totals.get("dead_lettered", 0),
+            "discarded": totals.get("discarded", 0),
+            "observedAt": rfc3339(counts["observed_at"]),
+        }
+    )
 
 
 async def peek_messages(request: Request) -> Response:
@@ -128,13 +159,20 @@ async def peek_messages(request: Request) -> Response:
         "CASE WHEN %s THEN body END AS body, CASE WHEN state = 'inflight' THEN 'inFlight' "
         "WHEN visible_at <= now() THEN 'ready' ELSE 'delayed' END AS peek_state "
         f"FROM queue_messages WHERE queue_uid = %s AND {PEEK_FILTERS[state]} "
-        "ORDER BY accepted_at, log_offset LIMIT %s", (with_body, queue["uid"], limit))
+        "ORDER BY accepted_at, log_offset LIMIT %s",
+        (with_body, queue["uid"], limit),
+    )
     return JSONResponse({"items": [_peek_item(r, with_body) for r in rows]})
 
 
 def _peek_item(row: Row, with_body: bool) -> dict[str, Any]:
-    item = {"id": row["message_id"], "timestamp": round(row["accepted_at"].timestamp() * 1000),
-            "attempts": row["attempts"], "state": row["peek_state"], "size": row["size"]}
+    item = {
+        "id": row["message_id"],
+        "timestamp": round(row["accepted_at"].timestamp() * 1000),
+        "attempts": row["attempts"],
+        "state": row["peek_state"],
+        "size": row["size"],
+    }
     if with_body:
         item["body"] = base64.b64encode(bytes(row["body"])).decode()
     return item

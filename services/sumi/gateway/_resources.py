@@ -27,8 +27,9 @@ def check_body(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-async def _write(request: Request, kind: str, body: dict[str, Any] | None,
-                 payload: dict[str, Any], caller: Caller, key: str) -> Response:
+async def _write(
+    request: Request, kind: str, body: dict[str, Any] | None, payload: dict[str, Any], caller: Caller, key: str
+) -> Response:
     space = request.path_params["space"]
     # The key is bound to method, path and body: the processor compares fingerprints (QC-46).
     bound = fingerprint(request.method, request.url.path, body)
@@ -65,8 +66,8 @@ async def find_resource(db: Backend, space: str, ref: str) -> Row | None:
     """`ref` is a UID or a name: UIDs hold an underscore, names cannot."""
     column = "uid" if "_" in ref else "name"
     return await db.fetchone(
-        f"SELECT {RESOURCE_COLUMNS} FROM resources WHERE space = %s AND {column} = %s",
-        (space, ref))
+        f"SELECT {RESOURCE_COLUMNS} FROM resources WHERE space = %s AND {column} = %s", (space, ref)
+    )
 
 
 async def get_resource(request: Request) -> Response:
@@ -88,17 +89,20 @@ async def list_resources(request: Request) -> Response:
         "AND (%(form)s::text IS NULL OR form = %(form)s) "
         "AND (%(name)s::text IS NULL OR name = %(name)s) "
         "AND (%(after)s::text IS NULL OR uid > %(after)s) ORDER BY uid LIMIT %(limit)s",
-        {"space": space, "form": request.query_params.get("form"),
-         "name": request.query_params.get("name"),
-         "after": decode_cursor(cursor) if cursor else None, "limit": limit + 1})
+        {
+            "space": space,
+            "form": request.query_params.get("form"),
+            "name": request.query_params.get("name"),
+            "after": decode_cursor(cursor) if cursor else None,
+            "limit": limit + 1,
+        },
+    )
     more = len(rows) > limit
     items = [resource_json(r) for r in rows[:limit]]
-    return JSONResponse({"items": items,
-                         "nextCursor": encode_cursor(items[-1]["uid"]) if more else None})
+    return JSONResponse({"items": items, "nextCursor": encode_cursor(items[-1]["uid"]) if more else None})
 
 
 routes = [
     route("/v2/spaces/{space}/resources", POST=create_resource, GET=list_resources),
-    route("/v2/spaces/{space}/resources/{uid}", GET=get_resource, PUT=update_resource,
-          DELETE=delete_resource),
+    route("/v2/spaces/{space}/resources/{uid}", GET=get_resource, PUT=update_resource, DELETE=delete_resource),
 ]

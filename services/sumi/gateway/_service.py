@@ -23,23 +23,25 @@ async def readyz(request: Request) -> Response:
     db = backend(request)
     try:
         # Postgres up and migrated, and every projection at the end of its topic within 5 s.
-        row = await asyncio.wait_for(db.fetchone(
-            "SELECT count(*) AS n, count(*) FILTER (WHERE caught_up_at < now() - interval '5 seconds') "
-            "AS stale FROM projection_status"), READY_TIMEOUT)
+        row = await asyncio.wait_for(
+            db.fetchone(
+                "SELECT count(*) AS n, count(*) FILTER (WHERE caught_up_at < now() - interval '5 seconds') "
+                "AS stale FROM projection_status"
+            ),
+            READY_TIMEOUT,
+        )
         if not row or row["n"] == 0 or row["stale"]:
             raise RuntimeError("projections are not caught up")
         await asyncio.wait_for(db.producer.client.fetch_all_metadata(), READY_TIMEOUT)
     except Exception as exc:  # readiness answers, whatever broke; it never raises
-        return problem_response(Problem("backend_unavailable", f"not ready: {exc!r}"),
-                                request.url.path)
+        return problem_response(Problem("backend_unavailable", f"not ready: {exc!r}"), request.url.path)
     return JSONResponse({"status": "ready"})
 
 
 async def metrics(request: Request) -> Response:
     # Not among the contract's open endpoints (section 1): a scraper sends a bearer token.
     await authenticate(request)
-    return Response(generate_latest(request.app.state.metrics.registry),
-                    media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 routes = [

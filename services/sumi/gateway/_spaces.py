@@ -35,14 +35,14 @@ async def list_spaces(request: Request) -> Response:
     caller = await authenticate(request)
     db = backend(request)
     if caller.admin:
-        rows = await db.fetchall(
-            "SELECT name, 'admin' AS role, created_at FROM spaces ORDER BY name")
+        rows = await db.fetchall("SELECT name, 'admin' AS role, created_at FROM spaces ORDER BY name")
     else:
         rows = await db.fetchall(
             "SELECT s.name, g.role, s.created_at FROM spaces s JOIN grants g ON g.space = s.name "
-            "WHERE g.principal = %s ORDER BY s.name", (caller.principal,))
-    items = [{"name": r["name"], "role": r["role"], "createdAt": rfc3339(r["created_at"])}
-             for r in rows]
+            "WHERE g.principal = %s ORDER BY s.name",
+            (caller.principal,),
+        )
+    items = [{"name": r["name"], "role": r["role"], "createdAt": rfc3339(r["created_at"])} for r in rows]
     return JSONResponse({"items": items})
 
 

@@ -27,8 +27,7 @@ def check_grants(value: Any) -> list[dict[str, str]]:
     for grant in value:
         check_object(grant, {"space", "role"})
         require(grant["role"] in ROLES, "a grant's role must be viewer or editor")
-        grants.append({"space": check_name(grant["space"], "a grant's space"),
-                       "role": grant["role"]})
+        grants.append({"space": check_name(grant["space"], "a grant's space"), "role": grant["role"]})
     return grants
 
 
@@ -40,8 +39,12 @@ async def create_token(request: Request) -> Response:
     grants = check_grants(body.get("grants", []))
     require(isinstance(body.get("admin", False), bool), "admin must be a boolean")
     token = new_token()
-    payload = {"principal": principal, "grants": grants, "admin": body.get("admin", False),
-               "tokenHash": token_hash(token)}
+    payload = {
+        "principal": principal,
+        "grants": grants,
+        "admin": body.get("admin", False),
+        "tokenHash": token_hash(token),
+    }
     decision = await decide(request, caller, Command("token.create", "", ADMIN_KEY, payload))
     if not decision.accepted:
         return await respond(request, decision)
@@ -52,8 +55,7 @@ async def revoke_tokens(request: Request) -> Response:
     caller = await authenticate(request)
     require_admin(caller)
     principal = request.path_params["principal"]
-    return await submit(request, caller,
-                        Command("token.revoke", "", ADMIN_KEY, {"principal": principal}))
+    return await submit(request, caller, Command("token.revoke", "", ADMIN_KEY, {"principal": principal}))
 
 
 routes = [

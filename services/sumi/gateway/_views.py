@@ -5,10 +5,8 @@ from typing import Any
 
 from sumi.gateway._backend import Row
 
-RESOURCE_COLUMNS = ("uid, space, name, form, generation, state, spec, observed, output, "
-                    "created_at, updated_at")
-OPERATION_COLUMNS = ("id, kind, space, resource_uid, generation, state, effect, error, "
-                     "created_at, updated_at")
+RESOURCE_COLUMNS = "uid, space, name, form, generation, state, spec, observed, output, created_at, updated_at"
+OPERATION_COLUMNS = "id, kind, space, resource_uid, generation, state, effect, error, created_at, updated_at"
 
 # An Operation in one of these has not reached its outcome yet (`?wait=` holds for them).
 UNFINISHED = frozenset({"pending", "running", "reconciling"})
@@ -24,19 +22,31 @@ def rfc3339(value: datetime | int) -> str:
 
 def resource_json(row: Row) -> dict[str, Any]:
     return {
-        "uid": row["uid"], "space": row["space"], "name": row["name"], "form": row["form"],
-        "generation": row["generation"], "state": row["state"], "spec": row["spec"],
-        "observed": row["observed"], "output": row["output"],
-        "createdAt": rfc3339(row["created_at"]), "updatedAt": rfc3339(row["updated_at"]),
+        "uid": row["uid"],
+        "space": row["space"],
+        "name": row["name"],
+        "form": row["form"],
+        "generation": row["generation"],
+        "state": row["state"],
+        "spec": row["spec"],
+        "observed": row["observed"],
+        "output": row["output"],
+        "createdAt": rfc3339(row["created_at"]),
+        "updatedAt": rfc3339(row["updated_at"]),
     }
 
 
 def operation_json(row: Row) -> dict[str, Any]:
     body = {
-        "id": row["id"], "kind": row["kind"], "space": row["space"],
-        "resourceUid": row["resource_uid"], "generation": row["generation"],
-        "state": row["state"], "effect": row["effect"],
-        "createdAt": rfc3339(row["created_at"]), "updatedAt": rfc3339(row["updated_at"]),
+        "id": row["id"],
+        "kind": row["kind"],
+        "space": row["space"],
+        "resourceUid": row["resource_uid"],
+        "generation": row["generation"],
+        "state": row["state"],
+        "effect": row["effect"],
+        "createdAt": rfc3339(row["created_at"]),
+        "updatedAt": rfc3339(row["updated_at"]),
     }
     if row["error"] is not None:
         body["error"] = row["error"]
@@ -45,5 +55,4 @@ def operation_json(row: Row) -> dict[str, Any]:
 
 def with_rfc3339(result: dict[str, Any]) -> dict[str, Any]:
     """A decided result with any epoch-ms timestamps (`…At`) turned into RFC 3339."""
-    return {k: rfc3339(v) if k.endswith("At") and isinstance(v, int) else v
-            for k, v in result.items()}
+    return {k: rfc3339(v) if k.endswith("At") and isinstance(v, int) else v for k, v in result.items()}

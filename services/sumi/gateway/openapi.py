@@ -19,68 +19,124 @@ def ref(name: str) -> dict[str, str]:
 
 def obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
     """A closed object: the API rejects unknown keys, so the schema says so too."""
-    return {"type": "object", "properties": props, "required": required or [],
-            "additionalProperties": False}
+    return {"type": "object", "properties": props, "required": required or [], "additionalProperties": False}
 
 
 SCHEMAS: dict[str, Any] = {
-    "Problem": {"type": "object", "required": ["type", "title", "status", "code", "detail"],
-                "properties": {
-                    "type": {"type": "string"}, "title": {"type": "string"},
-                    "status": {"type": "integer"}, "code": {"type": "string",
-                                                           "enum": sorted(STATUS)},
-                    "detail": {"type": "string"}, "instance": {"type": "string"},
-                    "errors": {"type": "array", "items": obj(
-                        {"path": {"type": "string"}, "message": {"type": "string"}},
-                        ["path", "message"])}}},
-    "Space": obj({"name": NAME, "role": {"enum": ["viewer", "editor", "admin"]}, "createdAt": TIME},
-                 ["name", "createdAt"]),
+    "Problem": {
+        "type": "object",
+        "required": ["type", "title", "status", "code", "detail"],
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "code": {"type": "string", "enum": sorted(STATUS)},
+            "detail": {"type": "string"},
+            "instance": {"type": "string"},
+            "errors": {
+                "type": "array",
+                "items": obj({"path": {"type": "string"}, "message": {"type": "string"}}, ["path", "message"]),
+            },
+        },
+    },
+    "Space": obj(
+        {"name": NAME, "role": {"enum": ["viewer", "editor", "admin"]}, "createdAt": TIME}, ["name", "createdAt"]
+    ),
     "SpaceCreate": obj({"name": NAME}, ["name"]),
     "Grant": obj({"space": NAME, "role": {"enum": ["viewer", "editor"]}}, ["space", "role"]),
-    "TokenCreate": obj({"principal": NAME, "grants": {"type": "array", "items": ref("Grant")},
-                        "admin": {"type": "boolean", "default": False}}, ["principal"]),
+    "TokenCreate": obj(
+        {
+            "principal": NAME,
+            "grants": {"type": "array", "items": ref("Grant")},
+            "admin": {"type": "boolean", "default": False},
+        },
+        ["principal"],
+    ),
     "TokenCreated": obj({"token": {"type": "string"}, "principal": NAME}, ["token", "principal"]),
-    "Resource": obj({
-        "uid": {"type": "string"}, "space": NAME, "name": NAME, "form": {"type": "string"},
-        "generation": {"type": "integer", "minimum": 1},
-        "state": {"enum": ["creating", "active", "updating", "deleting"]},
-        "spec": {"type": "object"}, "observed": {"type": "object"}, "output": {"type": "object"},
-        "createdAt": TIME, "updatedAt": TIME},
-        ["uid", "space", "name", "form", "generation", "state", "spec", "observed", "output",
-         "createdAt", "updatedAt"]),
-    "ResourceCreate": obj({"name": NAME, "form": {"type": "string", "format": "uri"},
-                           "spec": {"type": "object"}, "privateInputs": {"type": "object"}},
-                          ["name", "form", "spec"]),
-    "ResourceUpdate": obj({"spec": {"type": "object"}, "privateInputs": {"type": "object"}},
-                          ["spec"]),
-    "ResourcePage": obj({"items": {"type": "array", "items": ref("Resource")},
-                         "nextCursor": {"type": ["string", "null"]}}, ["items", "nextCursor"]),
-    "Operation": obj({
-        "id": {"type": "string"}, "kind": {"enum": ["create", "update", "delete"]},
-        "space": NAME, "resourceUid": {"type": "string"}, "generation": {"type": "integer"},
-        "state": {"enum": ["pending", "running", "succeeded", "failed", "reconciling"]},
-        "effect": {"enum": ["none", "partial", "complete", "unknown"]},
-        "error": ref("Problem"), "createdAt": TIME, "updatedAt": TIME},
-        ["id", "kind", "space", "resourceUid", "generation", "state", "effect", "createdAt",
-         "updatedAt"]),
-    "MessageSend": obj({"messages": {"type": "array", "minItems": 1, "maxItems": 100,
-                                     "items": obj({
-                                         "body": {"type": "string", "contentEncoding": "base64"},
-                                         "delaySeconds": {"type": "integer", "minimum": 0,
-                                                          "maximum": 43200}}, ["body"])}},
-                       ["messages"]),
-    "MessageIds": obj({"messageIds": {"type": "array", "items": {"type": "string"}}},
-                      ["messageIds"]),
-    "QueueStats": obj({**{k: {"type": "integer", "minimum": 0} for k in (
-        "ready", "delayed", "inFlight", "acknowledged", "retried", "deadLettered", "discarded")},
-        "observedAt": TIME}, ["ready", "delayed", "inFlight", "acknowledged", "retried",
-                              "deadLettered", "discarded", "observedAt"]),
-    "PeekItem": obj({"id": {"type": "string"}, "timestamp": {"type": "integer"},
-                     "attempts": {"type": "integer"},
-                     "state": {"enum": ["ready", "delayed", "inFlight"]},
-                     "size": {"type": "integer"},
-                     "body": {"type": "string", "contentEncoding": "base64"}},
-                    ["id", "timestamp", "attempts", "state", "size"]),
+    "Resource": obj(
+        {
+            "uid": {"type": "string"},
+            "space": NAME,
+            "name": NAME,
+            "form": {"type": "string"},
+            "generation": {"type": "integer", "minimum": 1},
+            "state": {"enum": ["creating", "active", "updating", "deleting"]},
+            "spec": {"type": "object"},
+            "observed": {"type": "object"},
+            "output": {"type": "object"},
+            "createdAt": TIME,
+            "updatedAt": TIME,
+        },
+        ["uid", "space", "name", "form", "generation", "state", "spec", "observed", "output", "createdAt", "updatedAt"],
+    ),
+    "ResourceCreate": obj(
+        {
+            "name": NAME,
+            "form": {"type": "string", "format": "uri"},
+            "spec": {"type": "object"},
+            "privateInputs": {"type": "object"},
+        },
+        ["name", "form", "spec"],
+    ),
+    "ResourceUpdate": obj({"spec": {"type": "object"}, "privateInputs": {"type": "object"}}, ["spec"]),
+    "ResourcePage": obj(
+        {"items": {"type": "array", "items": ref("Resource")}, "nextCursor": {"type": ["string", "null"]}},
+        ["items", "nextCursor"],
+    ),
+    "Operation": obj(
+        {
+            "id": {"type": "string"},
+            "kind": {"enum": ["create", "update", "delete"]},
+            "space": NAME,
+            "resourceUid": {"type": "string"},
+            "generation": {"type": "integer"},
+            "state": {"enum": ["pending", "running", "succeeded", "failed", "reconciling"]},
+            "effect": {"enum": ["none", "partial", "complete", "unknown"]},
+            "error": ref("Problem"),
+            "createdAt": TIME,
+            "updatedAt": TIME,
+        },
+        ["id", "kind", "space", "resourceUid", "generation", "state", "effect", "createdAt", "updatedAt"],
+    ),
+    "MessageSend": obj(
+        {
+            "messages": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 100,
+                "items": obj(
+                    {
+                        "body": {"type": "string", "contentEncoding": "base64"},
+                        "delaySeconds": {"type": "integer", "minimum": 0, "maximum": 43200},
+                    },
+                    ["body"],
+                ),
+            }
+        },
+        ["messages"],
+    ),
+    "MessageIds": obj({"messageIds": {"type": "array", "items": {"type": "string"}}}, ["messageIds"]),
+    "QueueStats": obj(
+        {
+            **{
+                k: {"type": "integer", "minimum": 0}
+                for k in ("ready", "delayed", "inFlight", "acknowledged", "retried", "deadLettered", "discarded")
+            },
+            "observedAt": TIME,
+        },
+        ["ready", "delayed", "inFlight", "acknowledged", "retried", "deadLettered", "discarded", "observedAt"],
+    ),
+    "PeekItem": obj(
+        {
+            "id": {"type": "string"},
+            "timestamp": {"type": "integer"},
+            "attempts": {"type": "integer"},
+            "state": {"enum": ["ready", "delayed", "inFlight"]},
+            "size": {"type": "integer"},
+            "body": {"type": "string", "contentEncoding": "base64"},
+        },
+        ["id", "timestamp", "attempts", "state", "size"],
+    ),
     "Peek": obj({"items": {"type": "array", "items": ref("PeekItem")}}, ["items"]),
     "SpaceList": obj({"items": {"type": "array", "items": ref("Space")}}, ["items"]),
     "Status": {"type": "object", "properties": {"status": {"type": "string"}}},
@@ -91,13 +147,13 @@ def problems(*codes: str) -> dict[str, Any]:
     by_status: dict[str, list[str]] = {}
     for code in codes:
         by_status.setdefault(str(STATUS[code]), []).append(code)
-    return {status: {"description": " | ".join(cs),
-                     "content": {PROBLEM: {"schema": ref("Problem")}}}
-            for status, cs in by_status.items()}
+    return {
+        status: {"description": " | ".join(cs), "content": {PROBLEM: {"schema": ref("Problem")}}}
+        for status, cs in by_status.items()
+    }
 
 
-def answer(status: int, schema: str | None, description: str,
-           headers: dict[str, Any] | None = None) -> dict[str, Any]:
+def answer(status: int, schema: str | None, description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"description": description}
     if schema:
         body["content"] = {JSON: {"schema": ref(schema)}}
@@ -106,17 +162,31 @@ def answer(status: int, schema: str | None, description: str,
     return {str(status): body}
 
 
-def param(name: str, where: str, schema: dict[str, Any], required: bool = False,
-          description: str = "") -> dict[str, Any]:
-    return {"name": name, "in": where, "required": required or where == "path",
-            "schema": schema, "description": description}
+def param(
+    name: str, where: str, schema: dict[str, Any], required: bool = False, description: str = ""
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": where,
+        "required": required or where == "path",
+        "schema": schema,
+        "description": description,
+    }
 
 
-def operation(summary: str, responses: dict[str, Any], *errors: str,
-              params: list[dict[str, Any]] | None = None, body: str | None = None,
-              public: bool = False) -> dict[str, Any]:
-    op: dict[str, Any] = {"summary": summary, "parameters": params or [], "responses": {
-        **responses, **problems(*errors, *(() if public else ("unauthenticated",)))}}
+def operation(
+    summary: str,
+    responses: dict[str, Any],
+    *errors: str,
+    params: list[dict[str, Any]] | None = None,
+    body: str | None = None,
+    public: bool = False,
+) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "summary": summary,
+        "parameters": params or [],
+        "responses": {**responses, **problems(*errors, *(() if public else ("unauthenticated",)))},
+    }
     if body:
         op["requestBody"] = {"required": True, "content": {JSON: {"schema": ref(body)}}}
     if public:
@@ -128,101 +198,186 @@ SPACE = param("space", "path", NAME)
 UID = param("uid", "path", {"type": "string"}, description="Resource UID or name")
 KEY_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}
 IDEMPOTENCY = param("Idempotency-Key", "header", KEY_SCHEMA, True, "scoped to (principal, Space)")
-IDEMPOTENCY_OPTIONAL = param("Idempotency-Key", "header", KEY_SCHEMA,
-                             description="a replay appends nothing and returns the same IDs")
+IDEMPOTENCY_OPTIONAL = param(
+    "Idempotency-Key", "header", KEY_SCHEMA, description="a replay appends nothing and returns the same IDs"
+)
 LOCATION = {"Location": {"schema": {"type": "string"}, "description": "/v2/operations/{id}"}}
-WRITE_ERRORS = ("invalid_request", "invalid_spec", "unsupported_form", "forbidden", "not_found",
-                "name_conflict", "dependency_conflict", "resource_busy", "payload_too_large",
-                "idempotency_key_reused", "idempotency_key_required", "backend_unavailable")
+WRITE_ERRORS = (
+    "invalid_request",
+    "invalid_spec",
+    "unsupported_form",
+    "forbidden",
+    "not_found",
+    "name_conflict",
+    "dependency_conflict",
+    "resource_busy",
+    "payload_too_large",
+    "idempotency_key_reused",
+    "idempotency_key_required",
+    "backend_unavailable",
+)
 ACCEPTED = answer(202, "Operation", "accepted; the Operation reports the outcome", LOCATION)
 QUEUE_ERRORS = ("invalid_request", "not_found", "backend_unavailable")
 
 PATHS: dict[str, dict[str, Any]] = {
     "/v2/spaces": {
-        "post": operation("Create a Space (admin)", answer(201, "Space", "created"),
-                          "invalid_request", "forbidden", "name_conflict", "backend_unavailable",
-                          body="SpaceCreate"),
-        "get": operation("List the Spaces the caller has a role in",
-                         answer(200, "SpaceList", "the caller's Spaces"), "backend_unavailable"),
+        "post": operation(
+            "Create a Space (admin)",
+            answer(201, "Space", "created"),
+            "invalid_request",
+            "forbidden",
+            "name_conflict",
+            "backend_unavailable",
+            body="SpaceCreate",
+        ),
+        "get": operation(
+            "List the Spaces the caller has a role in",
+            answer(200, "SpaceList", "the caller's Spaces"),
+            "backend_unavailable",
+        ),
     },
     "/v2/spaces/{space}": {
-        "delete": operation("Delete an empty Space (admin)", answer(204, None, "deleted"),
-                            "forbidden", "not_found", "dependency_conflict",
-                            "backend_unavailable", params=[SPACE]),
+        "delete": operation(
+            "Delete an empty Space (admin)",
+            answer(204, None, "deleted"),
+            "forbidden",
+            "not_found",
+            "dependency_conflict",
+            "backend_unavailable",
+            params=[SPACE],
+        ),
     },
     "/v2/tokens": {
-        "post": operation("Issue a token (admin); the secret is shown once",
-                          answer(201, "TokenCreated", "issued"), "invalid_request", "forbidden",
-                          "backend_unavailable", body="TokenCreate"),
+        "post": operation(
+            "Issue a token (admin); the secret is shown once",
+            answer(201, "TokenCreated", "issued"),
+            "invalid_request",
+            "forbidden",
+            "backend_unavailable",
+            body="TokenCreate",
+        ),
     },
     "/v2/tokens/{principal}": {
-        "delete": operation("Revoke every token of a principal (admin)",
-                            answer(204, None, "revoked"), "forbidden", "backend_unavailable",
-                            params=[param("principal", "path", NAME)]),
+        "delete": operation(
+            "Revoke every token of a principal (admin)",
+            answer(204, None, "revoked"),
+            "forbidden",
+            "backend_unavailable",
+            params=[param("principal", "path", NAME)],
+        ),
     },
     "/v2/spaces/{space}/resources": {
-        "post": operation("Create a Resource", ACCEPTED, *WRITE_ERRORS,
-                          params=[SPACE, IDEMPOTENCY], body="ResourceCreate"),
-        "get": operation("List Resources, by UID", answer(200, "ResourcePage", "a page"),
-                         "invalid_request", "not_found", "backend_unavailable", params=[
-                             SPACE, param("form", "query", {"type": "string"}),
-                             param("name", "query", NAME),
-                             param("limit", "query", {"type": "integer", "minimum": 1,
-                                                      "maximum": 100, "default": 100}),
-                             param("cursor", "query", {"type": "string"})]),
+        "post": operation(
+            "Create a Resource", ACCEPTED, *WRITE_ERRORS, params=[SPACE, IDEMPOTENCY], body="ResourceCreate"
+        ),
+        "get": operation(
+            "List Resources, by UID",
+            answer(200, "ResourcePage", "a page"),
+            "invalid_request",
+            "not_found",
+            "backend_unavailable",
+            params=[
+                SPACE,
+                param("form", "query", {"type": "string"}),
+                param("name", "query", NAME),
+                param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100, "default": 100}),
+                param("cursor", "query", {"type": "string"}),
+            ],
+        ),
     },
     "/v2/spaces/{space}/resources/{uid}": {
-        "get": operation("Read a Resource", answer(200, "Resource", "the Resource"),
-                         "not_found", "backend_unavailable", params=[SPACE, UID]),
-        "put": operation("Replace a Resource's spec", ACCEPTED, *WRITE_ERRORS,
-                         params=[SPACE, UID, IDEMPOTENCY], body="ResourceUpdate"),
-        "delete": operation("Delete a Resource", ACCEPTED, *WRITE_ERRORS,
-                            params=[SPACE, UID, IDEMPOTENCY]),
+        "get": operation(
+            "Read a Resource",
+            answer(200, "Resource", "the Resource"),
+            "not_found",
+            "backend_unavailable",
+            params=[SPACE, UID],
+        ),
+        "put": operation(
+            "Replace a Resource's spec",
+            ACCEPTED,
+            *WRITE_ERRORS,
+            params=[SPACE, UID, IDEMPOTENCY],
+            body="ResourceUpdate",
+        ),
+        "delete": operation("Delete a Resource", ACCEPTED, *WRITE_ERRORS, params=[SPACE, UID, IDEMPOTENCY]),
     },
     "/v2/operations/{id}": {
-        "get": operation("Read an Operation, optionally waiting for its outcome",
-                         answer(200, "Operation", "the Operation"), "invalid_request",
-                         "not_found", "backend_unavailable", params=[
-                             param("id", "path", {"type": "string"}),
-                             param("wait", "query", {"type": "integer", "minimum": 0},
-                                   description="seconds to hold the answer (at most 60)")]),
+        "get": operation(
+            "Read an Operation, optionally waiting for its outcome",
+            answer(200, "Operation", "the Operation"),
+            "invalid_request",
+            "not_found",
+            "backend_unavailable",
+            params=[
+                param("id", "path", {"type": "string"}),
+                param(
+                    "wait",
+                    "query",
+                    {"type": "integer", "minimum": 0},
+                    description="seconds to hold the answer (at most 60)",
+                ),
+            ],
+        ),
     },
     "/v2/spaces/{space}/queues/{uid}/messages": {
-        "post": operation("Send messages to an AtLeastOnceQueue",
-                          answer(202, "MessageIds", "durably appended"), *QUEUE_ERRORS,
-                          "forbidden", "message_too_large", "payload_too_large",
-                          params=[SPACE, UID, IDEMPOTENCY_OPTIONAL], body="MessageSend"),
-        "get": operation("Peek at messages (changes nothing)", answer(200, "Peek", "oldest first"),
-                         *QUEUE_ERRORS, params=[
-                             SPACE, UID,
-                             param("state", "query", {"enum": ["ready", "delayed", "inFlight"]}),
-                             param("limit", "query", {"type": "integer", "minimum": 1,
-                                                      "maximum": 1000, "default": 100}),
-                             param("includeBody", "query", {"type": "boolean",
-                                                            "default": False})]),
+        "post": operation(
+            "Send messages to an AtLeastOnceQueue",
+            answer(202, "MessageIds", "durably appended"),
+            *QUEUE_ERRORS,
+            "forbidden",
+            "message_too_large",
+            "payload_too_large",
+            params=[SPACE, UID, IDEMPOTENCY_OPTIONAL],
+            body="MessageSend",
+        ),
+        "get": operation(
+            "Peek at messages (changes nothing)",
+            answer(200, "Peek", "oldest first"),
+            *QUEUE_ERRORS,
+            params=[
+                SPACE,
+                UID,
+                param("state", "query", {"enum": ["ready", "delayed", "inFlight"]}),
+                param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
+                param("includeBody", "query", {"type": "boolean", "default": False}),
+            ],
+        ),
     },
     "/v2/spaces/{space}/queues/{uid}/stats": {
-        "get": operation("Queue counts from the read side", answer(200, "QueueStats", "counts"),
-                         *QUEUE_ERRORS, params=[SPACE, UID]),
+        "get": operation(
+            "Queue counts from the read side", answer(200, "QueueStats", "counts"), *QUEUE_ERRORS, params=[SPACE, UID]
+        ),
     },
     "/healthz": {"get": operation("Liveness", answer(200, "Status", "alive"), public=True)},
-    "/readyz": {"get": operation("Readiness: Kafka and Postgres reachable",
-                                 answer(200, "Status", "ready"), "backend_unavailable",
-                                 public=True)},
-    "/metrics": {"get": operation("Prometheus metrics", {"200": {
-        "description": "Prometheus text format", "content": {"text/plain": {}}}})},
-    "/openapi.json": {"get": operation("This document", {"200": {
-        "description": "OpenAPI 3.1", "content": {JSON: {}}}}, public=True)},
+    "/readyz": {
+        "get": operation(
+            "Readiness: Kafka and Postgres reachable",
+            answer(200, "Status", "ready"),
+            "backend_unavailable",
+            public=True,
+        )
+    },
+    "/metrics": {
+        "get": operation(
+            "Prometheus metrics", {"200": {"description": "Prometheus text format", "content": {"text/plain": {}}}}
+        )
+    },
+    "/openapi.json": {
+        "get": operation("This document", {"200": {"description": "OpenAPI 3.1", "content": {JSON: {}}}}, public=True)
+    },
 }
 
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
-    "info": {"title": "sumi Host API", "version": "2.0.0",
-             "description": "The Takoform Host API v2 as this Host defines it (host-api.md)."},
+    "info": {
+        "title": "sumi Host API",
+        "version": "2.0.0",
+        "description": "The Takoform Host API v2 as this Host defines it (host-api.md).",
+    },
     "servers": [{"url": "/"}],
     "paths": PATHS,
-    "components": {"schemas": SCHEMAS, "securitySchemes": {
-        "bearer": {"type": "http", "scheme": "bearer"}}},
+    "components": {"schemas": SCHEMAS, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
     "security": [{"bearer": []}],
 }
 

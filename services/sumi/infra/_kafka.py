@@ -35,8 +35,16 @@ def ensure_jars() -> Path:
     tmp = libs.with_name("libs.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     subprocess.run(
-        ["mvn", "-q", "-B", "-f", str(HERE / "pom.xml"), "dependency:copy-dependencies",
-         f"-DoutputDirectory={tmp}", "-DincludeScope=runtime"],
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(HERE / "pom.xml"),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={tmp}",
+            "-DincludeScope=runtime",
+        ],
         check=True,
     )
     shutil.rmtree(libs, ignore_errors=True)
@@ -57,45 +65,65 @@ class KafkaBroker:
         self._proc: subprocess.Popen[bytes] | None = None
 
     def _properties(self) -> str:
-        return "\n".join([
-            "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
-            "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            "inter.broker.listener.name=PLAINTEXT",
-            f"log.dirs={self.data_dir / 'logs'}",
-            "num.partitions=1",
-            "offsets.topic.replication.factor=1",
-            "offsets.topic.num.partitions=4",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "transaction.state.log.num.partitions=4",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
-            "group.initial.rebalance.delay.ms=0",
-            "auto.create.topics.enable=false",
-            "",
-        ])
+        return "\n".join(
+            [
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "controller.listener.names=CONTROLLER",
+                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                "inter.broker.listener.name=PLAINTEXT",
+                f"log.dirs={self.data_dir / 'logs'}",
+                "num.partitions=1",
+                "offsets.topic.replication.factor=1",
+                "offsets.topic.num.partitions=4",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "transaction.state.log.num.partitions=4",
+                "share.coordinator.state.topic.replication.factor=1",
+                "share.coordinator.state.topic.min.isr=1",
+                "group.initial.rebalance.delay.ms=0",
+                "auto.create.topics.enable=false",
+                "",
+            ]
+        )
 
     def start(self, timeout: float = 90.0) -> "KafkaBroker":
         libs = ensure_jars()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props = self.data_dir / "server.properties"
         props.write_text(self._properties())
-        java = ["java", "-Xms256m", "-Xmx768m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                f"-Dlog4j2.configurationFile={HERE / 'log4j2.yaml'}", "-cp", f"{libs}/*"]
+        java = [
+            "java",
+            "-Xms256m",
+            "-Xmx768m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            f"-Dlog4j2.configurationFile={HERE / 'log4j2.yaml'}",
+            "-cp",
+            f"{libs}/*",
+        ]
         if not (self.data_dir / "logs" / "meta.properties").exists():
             subprocess.run(
-                [*java, "kafka.tools.StorageTool", "format", "-t", uuid.uuid4().hex[:22],
-                 "-c", str(props), "--ignore-formatted"],
-                check=True, stdout=subprocess.DEVNULL,
+                [
+                    *java,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    uuid.uuid4().hex[:22],
+                    "-c",
+                    str(props),
+                    "--ignore-formatted",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
             )
         log = open(self.data_dir / "broker.log", "ab")
-        self._proc = subprocess.Popen([*java, "kafka.Kafka", str(props)], stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+        self._proc = subprocess.Popen(
+            [*java, "kafka.Kafka", str(props)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         wait_for_port(self.port, timeout, alive=lambda: self._proc is not None and self._proc.poll() is None)
         return self
 

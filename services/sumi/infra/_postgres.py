@@ -69,16 +69,44 @@ class PostgresServer:
         as_user = {"user": uid, "group": gid} if uid is not None else {}
         if not (self.pgdata / "PG_VERSION").exists():
             subprocess.run(
-                [_bin("initdb"), "-D", str(self.pgdata), "--auth=trust", "--encoding=utf8",
-                 "-U", "postgres", "--no-sync"],
-                check=True, stdout=subprocess.DEVNULL, cwd=self.base_dir, **as_user,
+                [
+                    _bin("initdb"),
+                    "-D",
+                    str(self.pgdata),
+                    "--auth=trust",
+                    "--encoding=utf8",
+                    "-U",
+                    "postgres",
+                    "--no-sync",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                cwd=self.base_dir,
+                **as_user,
             )
         log = open(self.base_dir / "postgres.log", "ab")
         self._proc = subprocess.Popen(
-            [_bin("postgres"), "-D", str(self.pgdata), "-h", "127.0.0.1", "-p", str(self.port),
-             "-k", str(self.base_dir), "-c", "fsync=off", "-c", "max_connections=200",
-             "-c", "synchronous_commit=off"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=self.base_dir, start_new_session=True,
+            [
+                _bin("postgres"),
+                "-D",
+                str(self.pgdata),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-k",
+                str(self.base_dir),
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=200",
+                "-c",
+                "synchronous_commit=off",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.base_dir,
+            start_new_session=True,
             **as_user,
         )
         wait_for_port(self.port, timeout, alive=lambda: self._proc is not None and self._proc.poll() is None)

@@ -19,8 +19,9 @@ class Plan:
     wake_at: int | None = None  # when to look again if nothing is sent
 
 
-def plan(ready: int, in_flight: int, max_size: int, timeout_s: int, max_concurrency: int,
-         window_opened: int | None, now: int) -> Plan:
+def plan(
+    ready: int, in_flight: int, max_size: int, timeout_s: int, max_concurrency: int, window_opened: int | None, now: int
+) -> Plan:
     if in_flight >= max_concurrency or ready == 0:
         return Plan(False, None if ready == 0 else window_opened)
     opened = now if window_opened is None else window_opened

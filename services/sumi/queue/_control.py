@@ -60,10 +60,19 @@ class Consumer:
     def of(cls, res: Res) -> "Consumer":
         s = res.spec
         dlq = s.get("deadLetterQueue")
-        return cls(res.uid, res.space, s["queue"]["resourceUid"], s["worker"]["resourceUid"],
-                   s["maxBatchSize"], s["maxBatchTimeoutSeconds"], s["maxConcurrency"],
-                   s["maxRetries"], s["retryDelaySeconds"],
-                   dlq["resourceUid"] if dlq else None, res.state)
+        return cls(
+            res.uid,
+            res.space,
+            s["queue"]["resourceUid"],
+            s["worker"]["resourceUid"],
+            s["maxBatchSize"],
+            s["maxBatchTimeoutSeconds"],
+            s["maxConcurrency"],
+            s["maxRetries"],
+            s["retryDelaySeconds"],
+            dlq["resourceUid"] if dlq else None,
+            res.state,
+        )
 
 
 @dataclass(frozen=True)
@@ -89,8 +98,7 @@ class ControlTable:
 
     def fold(self, rec: Any) -> None:
         if isinstance(rec, r.ResourceCreated):
-            self.resources[rec.uid] = Res(rec.uid, rec.space, rec.name, rec.form,
-                                          json.loads(rec.spec))
+            self.resources[rec.uid] = Res(rec.uid, rec.space, rec.name, rec.form, json.loads(rec.spec))
         elif isinstance(rec, r.ResourceUpdated) and rec.uid in self.resources:
             old = self.resources[rec.uid]
             if old.form == WORKER_DEPLOYMENT:
@@ -101,8 +109,7 @@ class ControlTable:
             if rec.state != "updating":
                 self.replaced_specs.pop(rec.uid, None)
         elif isinstance(rec, r.ResourceObserved) and rec.uid in self.resources:
-            self.resources[rec.uid] = replace(self.resources[rec.uid],
-                                              observed=json.loads(rec.observed))
+            self.resources[rec.uid] = replace(self.resources[rec.uid], observed=json.loads(rec.observed))
         elif isinstance(rec, r.ResourceDeleted):
             gone = self.resources.pop(rec.uid, None)
             if gone is not None and gone.form == QUEUE:
@@ -132,14 +139,16 @@ class ControlTable:
         return res if res is not None and res.form == MODULE_WORKER else None
 
     def unfinished_delete(self, uid: str) -> Op | None:
-        return next((op for op in self.operations.values()
-                     if op.resource_uid == uid and op.kind == "delete"), None)
+        return next((op for op in self.operations.values() if op.resource_uid == uid and op.kind == "delete"), None)
 
     def allocation(self, worker_uid: str) -> list[tuple[str, int]]:
         """The active Deployment's weighted Versions that are usable (their Resource is active)."""
         for res in self.resources.values():
-            if (res.form == WORKER_DEPLOYMENT and res.state in LIVE
-                    and res.spec.get("worker", {}).get("resourceUid") == worker_uid):
+            if (
+                res.form == WORKER_DEPLOYMENT
+                and res.state in LIVE
+                and res.spec.get("worker", {}).get("resourceUid") == worker_uid
+            ):
                 out = []
                 spec = self.replaced_specs.get(res.uid, res.spec) if res.state == "updating" else res.spec
                 for entry in spec.get("versions", []):
@@ -157,7 +166,11 @@ class ControlTable:
         if worker is None:
             return None
         s = v.spec
-        return Code(v.uid, worker.spec["runtime"], s["mainModule"],
-                    tuple((m["name"], m["content"]) for m in s["modules"]),
-                    {k: str(x) for k, x in (s.get("vars") or {}).items()},
-                    {b["name"]: b["queue"]["resourceUid"] for b in s.get("queueBindings") or []})
+        return Code(
+            v.uid,
+            worker.spec["runtime"],
+            s["mainModule"],
+            tuple((m["name"], m["content"]) for m in s["modules"]),
+            {k: str(x) for k, x in (s.get("vars") or {}).items()},
+            {b["name"]: b["queue"]["resourceUid"] for b in s.get("queueBindings") or []},
+        )

@@ -32,8 +32,7 @@ class Delivery:
     batch: r.BatchDelivered | None
 
 
-def deliver(state: EngineState, c: Consumer, pick: Callable[[str], str], now: int,
-            new_id: NewId) -> Delivery:
+def deliver(state: EngineState, c: Consumer, pick: Callable[[str], str], now: int, new_id: NewId) -> Delivery:
     """The next batch of 1..maxBatchSize ready messages in acceptance order (QC-21).
 
     A ready message that has already had 1 + maxRetries deliveries is not handed
@@ -50,21 +49,29 @@ def deliver(state: EngineState, c: Consumer, pick: Callable[[str], str], now: in
     if not chosen:
         return Delivery(records, None)
     batch_id = new_id("bat")
-    batch = r.BatchDelivered(c.queue, c.uid, batch_id, tuple(m.id for m in chosen),
-                             tuple(m.deliveries + 1 for m in chosen), pick(batch_id), now)
+    batch = r.BatchDelivered(
+        c.queue,
+        c.uid,
+        batch_id,
+        tuple(m.id for m in chosen),
+        tuple(m.deliveries + 1 for m in chosen),
+        pick(batch_id),
+        now,
+    )
     return Delivery(records + [batch], batch)
 
 
-def exhaust(q: QueueState, mid: str, c: Consumer, batch_id: str | None, now: int,
-            new_id: NewId) -> list[Any]:
+def exhaust(q: QueueState, mid: str, c: Consumer, batch_id: str | None, now: int, new_id: NewId) -> list[Any]:
     """QC-34: to the dead-letter queue as a new message (new ID and time, attempts 1, same
     body, no link a reader could follow), or discarded when there is none."""
     if c.dead_letter_queue is None:
         return [r.MessageDiscarded(q.uid, mid, "retries_exhausted", now)]
     new = new_id("msg")
     body = q.messages[mid].body
-    return [r.MessageDeadLettered(q.uid, mid, c.dead_letter_queue, new, now, batch_id),
-            r.MessageAccepted(c.dead_letter_queue, _space_of(q, c), new, body, now, now)]
+    return [
+        r.MessageDeadLettered(q.uid, mid, c.dead_letter_queue, new, now, batch_id),
+        r.MessageAccepted(c.dead_letter_queue, _space_of(q, c), new, body, now, now),
+    ]
 
 
 def _space_of(q: QueueState, c: Consumer) -> str:
@@ -86,27 +93,40 @@ def _unsettled(b: Batch, mid: Any) -> str:
     return mid
 
 
-def acknowledge(state: EngineState, batch_id: Any, mid: Any, now: int,
-                cause: str = "acknowledge") -> list[Any]:
+def acknowledge(state: EngineState, batch_id: Any, mid: Any, now: int, cause: str = "acknowledge") -> list[Any]:
     b = open_batch(state, batch_id)
     return [r.MessagesAcknowledged(b.queue_uid, b.id, (_unsettled(b, mid),), cause, now)]
 
 
-def acknowledge_all(state: EngineState, batch_id: Any, now: int,
-                    cause: str = "acknowledgeAll") -> list[Any]:
+def acknowledge_all(state: EngineState, batch_id: Any, now: int, cause: str = "acknowledgeAll") -> list[Any]:
     b = open_batch(state, batch_id)
     ids = tuple(b.unsettled())
     return [r.MessagesAcknowledged(b.queue_uid, b.id, ids, cause, now)] if ids else []
 
 
-def retry(state: EngineState, c: Consumer, batch_id: Any, mid: Any, delay_s: int | None,
-          now: int, new_id: NewId, cause: str = "retry") -> list[Any]:
+def retry(
+    state: EngineState,
+    c: Consumer,
+    batch_id: Any,
+    mid: Any,
+    delay_s: int | None,
+    now: int,
+    new_id: NewId,
+    cause: str = "retry",
+) -> list[Any]:
     b = open_batch(state, batch_id)
     return _retry_one(state, c, b, _unsettled(b, mid), delay_s, now, new_id, cause)
 
 
-def retry_all(state: EngineState, c: Consumer, batch_id: Any, delay_s: int | None, now: int,
-              new_id: NewId, cause: str = "retryAll") -> list[Any]:
+def retry_all(
+    state: EngineState,
+    c: Consumer,
+    batch_id: Any,
+    delay_s: int | None,
+    now: int,
+    new_id: NewId,
+    cause: str = "retryAll",
+) -> list[Any]:
     b = open_batch(state, batch_id)
     out: list[Any] = []
     for mid in b.unsettled():
@@ -114,19 +134,20 @@ def retry_all(state: EngineState, c: Consumer, batch_id: Any, delay_s: int | Non
     return out
 
 
-def _retry_one(state: EngineState, c: Consumer, b: Batch, mid: str, delay_s: int | None,
-               now: int, new_id: NewId, cause: str) -> list[Any]:
+def _retry_one(
+    state: EngineState, c: Consumer, b: Batch, mid: str, delay_s: int | None, now: int, new_id: NewId, cause: str
+) -> list[Any]:
     q = state.queue(b.queue_uid)
     m = q.messages[mid]
     if m.deliveries >= 1 + c.max_retries:  # no redelivery left (QC-33)
         return exhaust(q, mid, c, b.id, now, new_id)
     delay = c.retry_delay_s if delay_s is None else delay_s  # QC-27
-    return [r.MessageRetryScheduled(q.uid, mid, now + delay * 1000, m.deliveries + 1, cause, now,
-                                    b.id)]
+    return [r.MessageRetryScheduled(q.uid, mid, now + delay * 1000, m.deliveries + 1, cause, now, b.id)]
 
 
-def end_batch(state: EngineState, c: Consumer, batch_id: str, outcome: str, now: int,
-              new_id: NewId, error: str | None = None) -> list[Any]:
+def end_batch(
+    state: EngineState, c: Consumer, batch_id: str, outcome: str, now: int, new_id: NewId, error: str | None = None
+) -> list[Any]:
     """The handler is over: settle what it left unsettled, then close the batch.
 
     returned -> acknowledge the rest (QC-31); threw (or a limit stopped it) -> retry the
@@ -143,9 +164,11 @@ def end_batch(state: EngineState, c: Consumer, batch_id: str, outcome: str, now:
         out = retry_all(state, c, batch_id, None, now, new_id, cause="threw")
     else:
         q = state.queue(b.queue_uid)
-        out = [r.MessageRetryScheduled(q.uid, mid, now, q.messages[mid].deliveries + 1, outcome,
-                                       now, b.id)
-               for mid in b.unsettled() if mid in q.messages]
+        out = [
+            r.MessageRetryScheduled(q.uid, mid, now, q.messages[mid].deliveries + 1, outcome, now, b.id)
+            for mid in b.unsettled()
+            if mid in q.messages
+        ]
     return out + [r.BatchEnded(b.queue_uid, b.consumer_uid, b.id, outcome, now, error)]
 
 

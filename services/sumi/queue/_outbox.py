@@ -47,8 +47,9 @@ class Outbox:
             try:
                 async with self.producer.transaction():
                     for topic, key, record in items:
-                        await self.producer.send(topic, codec.encode(record), key=key.encode(),
-                                                 partition=partition_for(key, self.partitions))
+                        await self.producer.send(
+                            topic, codec.encode(record), key=key.encode(), partition=partition_for(key, self.partitions)
+                        )
             except BaseException as exc:
                 self.failed = exc
                 for fut in waiters + self._waiters:

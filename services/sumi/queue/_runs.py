@@ -26,9 +26,15 @@ MAX_BODY = 127_000
 
 
 class BatchRun:
-    def __init__(self, engine: "Engine", consumer_uid: str, batch: r.BatchDelivered,
-                 queue_name: str, messages: list[tuple[str, int, bytes]],
-                 committed: "asyncio.Future[None]") -> None:
+    def __init__(
+        self,
+        engine: "Engine",
+        consumer_uid: str,
+        batch: r.BatchDelivered,
+        queue_name: str,
+        messages: list[tuple[str, int, bytes]],
+        committed: "asyncio.Future[None]",
+    ) -> None:
         self.engine = engine
         self.consumer_uid = consumer_uid
         self.batch = batch
@@ -80,8 +86,9 @@ class BatchRun:
         self._release_ctx(outcome == "returned")
         try:
             now = _now()
-            ended = self.engine.emit(d.end_batch(self.engine.state, self.settings(),
-                                                 self.batch.batchId, outcome, now, _new_id, error))
+            ended = self.engine.emit(
+                d.end_batch(self.engine.state, self.settings(), self.batch.batchId, outcome, now, _new_id, error)
+            )
             # The slot is free once the end is folded; a next batch's records commit after it.
             self.engine.wake.set()
             await ended
@@ -112,9 +119,14 @@ class BatchRun:
         if self.stopping:
             await self._stop_ctx()
             return "stopped", None
-        batch = QueueBatch(self.batch.batchId, self.queue_name, [
-            QueueMessage(mid, ts, body, attempt)
-            for (mid, ts, body), attempt in zip(self.messages, self.batch.attempts, strict=True)])
+        batch = QueueBatch(
+            self.batch.batchId,
+            self.queue_name,
+            [
+                QueueMessage(mid, ts, body, attempt)
+                for (mid, ts, body), attempt in zip(self.messages, self.batch.attempts, strict=True)
+            ],
+        )
         env = EnvSpec(code.vars, list(code.queue_bindings))
         result = await self.ctx.invoke_queue(batch, env, self.host_call)
         if result.ok:
@@ -124,8 +136,9 @@ class BatchRun:
     async def _start_ctx(self, code: Code) -> None:
         """A fresh context, started while the BatchDelivered commits."""
         rt = await self.engine.runtime(code.runtime)
-        starting = asyncio.ensure_future(rt.start_context(
-            [Module(n, c) for n, c in code.modules], code.main_module, host_call=self.host_call))
+        starting = asyncio.ensure_future(
+            rt.start_context([Module(n, c) for n, c in code.modules], code.main_module, host_call=self.host_call)
+        )
         try:
             await self.committed  # QC-43: recorded before the handler starts
         finally:
@@ -158,15 +171,23 @@ class BatchRun:
         return d.acknowledge(self.engine.state, args["batchId"], args.get("messageId"), _now())
 
     def _retry(self, args: dict[str, Any]) -> list[Any]:
-        return d.retry(self.engine.state, self.settings(), args["batchId"], args.get("messageId"),
-                       args.get("delaySeconds"), _now(), _new_id)
+        return d.retry(
+            self.engine.state,
+            self.settings(),
+            args["batchId"],
+            args.get("messageId"),
+            args.get("delaySeconds"),
+            _now(),
+            _new_id,
+        )
 
     def _ack_all(self, args: dict[str, Any]) -> list[Any]:
         return d.acknowledge_all(self.engine.state, args["batchId"], _now())
 
     def _retry_all(self, args: dict[str, Any]) -> list[Any]:
-        return d.retry_all(self.engine.state, self.settings(), args["batchId"],
-                           args.get("delaySeconds"), _now(), _new_id)
+        return d.retry_all(
+            self.engine.state, self.settings(), args["batchId"], args.get("delaySeconds"), _now(), _new_id
+        )
 
     async def _send(self, args: dict[str, Any]) -> None:
         """A queue binding's send: appended to the bound queue, resolved once durable."""
@@ -182,14 +203,25 @@ class BatchRun:
             if len(body) > MAX_BODY:
                 raise HostError("message_too_large", f"a body is limited to {MAX_BODY} bytes")
             delay = int(m.get("delaySeconds") or 0)
-            records.append(r.MessageAccepted(queue.uid, queue.space, _new_id("msg"), body, now,
-                                             now + delay * 1000, f"worker:{self.code.version_uid}"))
+            records.append(
+                r.MessageAccepted(
+                    queue.uid,
+                    queue.space,
+                    _new_id("msg"),
+                    body,
+                    now,
+                    now + delay * 1000,
+                    f"worker:{self.code.version_uid}",
+                )
+            )
         await self._durable(records)
 
 
 _SETTLE = {
-    "batch.acknowledge": BatchRun._ack, "batch.retry": BatchRun._retry,
-    "batch.acknowledgeAll": BatchRun._ack_all, "batch.retryAll": BatchRun._retry_all,
+    "batch.acknowledge": BatchRun._ack,
+    "batch.retry": BatchRun._retry,
+    "batch.acknowledgeAll": BatchRun._ack_all,
+    "batch.retryAll": BatchRun._retry_all,
 }
 
 

@@ -163,8 +163,9 @@ def evolve(state: EngineState, rec: Any) -> None:
     if isinstance(rec, r.MessageAccepted):
         state.queue(rec.queueUid).accept(rec)
     elif isinstance(rec, r.BatchDelivered):
-        state.batches[rec.batchId] = Batch(rec.batchId, rec.queueUid, rec.consumerUid,
-                                           rec.messageIds, rec.attempts, rec.versionUid, rec.at)
+        state.batches[rec.batchId] = Batch(
+            rec.batchId, rec.queueUid, rec.consumerUid, rec.messageIds, rec.attempts, rec.versionUid, rec.at
+        )
         state.queue(rec.queueUid).deliver(rec.batchId, rec.messageIds, rec.attempts)
     elif isinstance(rec, r.MessagesAcknowledged):
         q, b = state.queue(rec.queueUid), state.batches.get(rec.batchId)
@@ -195,5 +196,12 @@ def _settle(state: EngineState, batch_id: str | None, mid: str, how: str) -> Non
         b.settled[mid] = how
 
 
-ENGINE_RECORDS = (r.BatchDelivered, r.MessagesAcknowledged, r.MessageRetryScheduled,
-                  r.MessageDeadLettered, r.MessageDiscarded, r.BatchEnded, r.QueuePurged)
+ENGINE_RECORDS = (
+    r.BatchDelivered,
+    r.MessagesAcknowledged,
+    r.MessageRetryScheduled,
+    r.MessageDeadLettered,
+    r.MessageDiscarded,
+    r.BatchEnded,
+    r.QueuePurged,
+)

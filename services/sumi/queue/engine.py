@@ -103,8 +103,9 @@ class Engine:
         return self.outbox.put(outs)
 
     def command(self, kind: str, space: str, payload: dict[str, Any]) -> r.CommandSubmitted:
-        return r.CommandSubmitted(ids.new_ulid(), kind, space, "sumi-queue", True,
-                                  json.dumps(payload, sort_keys=True), now_ms())
+        return r.CommandSubmitted(
+            ids.new_ulid(), kind, space, "sumi-queue", True, json.dumps(payload, sort_keys=True), now_ms()
+        )
 
     def consumer(self, uid: str) -> Consumer | None:
         res = self.control.resources.get(uid)
@@ -162,15 +163,23 @@ class Engine:
         q.promote(now)
         while True:
             in_flight = sum(1 for b in self.state.batches.values() if b.consumer_uid == c.uid)
-            p = plan(q.ready_count, in_flight, c.max_batch_size, c.max_batch_timeout_s,
-                     c.max_concurrency, self.windows.get(c.uid), now)
+            p = plan(
+                q.ready_count,
+                in_flight,
+                c.max_batch_size,
+                c.max_batch_timeout_s,
+                c.max_concurrency,
+                self.windows.get(c.uid),
+                now,
+            )
             self.windows[c.uid] = p.window_opened
             if not p.send:
                 return p.wake_at
             out = d.deliver(self.state, c, lambda seed: pick_version(allocation, seed), now, new_id)
             batch = out.batch
-            messages = ([(mid, q.messages[mid].accepted_at, q.messages[mid].body)
-                         for mid in batch.messageIds] if batch else [])
+            messages = (
+                [(mid, q.messages[mid].accepted_at, q.messages[mid].body) for mid in batch.messageIds] if batch else []
+            )
             committed = self.emit(out.records)
             if batch is None:
                 if not out.records:
@@ -195,8 +204,13 @@ class Engine:
             self._reconcile_stop(c, op)
             return
         self.reported.add(op.id)
-        self.emit([self.command("operation.report", op.space, {
-            "operationId": op.id, "outcome": "succeeded", "effect": "complete"})])
+        self.emit(
+            [
+                self.command(
+                    "operation.report", op.space, {"operationId": op.id, "outcome": "succeeded", "effect": "complete"}
+                )
+            ]
+        )
 
     def _reconcile_stop(self, c: Consumer, op: Any) -> None:
         """QC-42, QC-47: a stop the runtime did not confirm leaves the boundary unproven.
@@ -206,10 +220,22 @@ class Engine:
         them (their other batches end as stopped and are redelivered: at least once)."""
         if op.id not in self.reconciling:
             self.reconciling.add(op.id)
-            self.emit([self.command("operation.report", op.space, {
-                "operationId": op.id, "outcome": "reconciling", "effect": "unknown",
-                "error": Problem("backend_unavailable",
-                                 "a handler's stop was not confirmed; stopping its runtime").to_json()})])
+            self.emit(
+                [
+                    self.command(
+                        "operation.report",
+                        op.space,
+                        {
+                            "operationId": op.id,
+                            "outcome": "reconciling",
+                            "effect": "unknown",
+                            "error": Problem(
+                                "backend_unavailable", "a handler's stop was not confirmed; stopping its runtime"
+                            ).to_json(),
+                        },
+                    )
+                ]
+            )
         if self._restarting is None or self._restarting.done():
             self._restarting = asyncio.ensure_future(self._restart_runtimes())
 
@@ -223,8 +249,11 @@ class Engine:
     def _observe(self, c: Consumer) -> None:
         """QC-35: what the engine last confirmed about this Consumer."""
         queue, worker = self.control.queue(c.queue), self.control.worker(c.worker)
-        observed = {"queueExists": queue is not None, "workerExists": worker is not None,
-                    "consumerAttached": queue is not None and worker is not None}
+        observed = {
+            "queueExists": queue is not None,
+            "workerExists": worker is not None,
+            "consumerAttached": queue is not None and worker is not None,
+        }
         res = self.control.resources[c.uid]
         if observed == self.observed_sent.get(c.uid) or observed == res.observed:
             return
@@ -262,9 +291,13 @@ class Engine:
         # A fetch is a long poll: the broker answers as soon as committed data is there, so
         # its wait only bounds idle polling. A short one costs the engine and the broker a
         # fetch round every few ms for nothing (a third of the engine's CPU under load).
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap,
-                                    isolation_level="read_committed", enable_auto_commit=False,
-                                    fetch_max_wait_ms=500, max_partition_fetch_bytes=4 << 20)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            fetch_max_wait_ms=500,
+            max_partition_fetch_bytes=4 << 20,
+        )
         await consumer.start()
         parts = None
         for _ in range(100):
@@ -280,8 +313,7 @@ class Engine:
         await consumer.seek_to_beginning(*tps)
         return consumer, await consumer.end_offsets(tps)
 
-    async def _catch_up(self, consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int],
-                        fold: Any) -> None:
+    async def _catch_up(self, consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int], fold: Any) -> None:
         while await _behind(consumer, ends):
             for tp, messages in (await consumer.getmany(timeout_ms=200, max_records=5000)).items():
                 for m in messages:
@@ -306,24 +338,31 @@ class Engine:
 
     async def run(self) -> None:
         shorten_txn_retry()
-        producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap,
-                                    transactional_id=f"{self.settings.topic_prefix}-queue-engine",
-                                    enable_idempotence=True, linger_ms=0)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            transactional_id=f"{self.settings.topic_prefix}-queue-engine",
+            enable_idempotence=True,
+            linger_ms=0,
+        )
         await producer.start()  # fences and aborts whatever an earlier engine left open
         queue_reader, queue_ends = await self._open(self.settings.topic("queue"))
         control_reader, control_ends = await self._open(self.settings.topic("control"))
         try:
             await self._catch_up(control_reader, control_ends, self._fold_control)
             await self._catch_up(queue_reader, queue_ends, self._fold_queue)
-            log.info("queue engine rebuilt: %d queues, %d open batches",
-                     len(self.state.queues), len(self.state.batches))
+            log.info(
+                "queue engine rebuilt: %d queues, %d open batches", len(self.state.queues), len(self.state.batches)
+            )
             self.outbox = Outbox(producer, self.settings.partitions)
             outbox = asyncio.create_task(self.outbox.run())
             self._recover()
             self.live = True
-            await asyncio.gather(outbox, self.schedule(),
-                                 self._follow(queue_reader, self._fold_queue),
-                                 self._follow(control_reader, self._fold_control))
+            await asyncio.gather(
+                outbox,
+                self.schedule(),
+                self._follow(queue_reader, self._fold_queue),
+                self._follow(control_reader, self._fold_control),
+            )
         finally:
             for run in list(self.runs.values()):
                 run.stop()

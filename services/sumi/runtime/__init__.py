@@ -21,7 +21,20 @@ from .types import (
 )
 
 __all__ = [
-    "EnvSpec", "ExecutionContext", "HostCall", "HostError", "InvokeResult", "JsContext",
-    "JsRuntime", "Limits", "LoadInfo", "Module", "PyContext", "PyRuntime", "QueueBatch",
-    "QueueMessage", "Runtime", "RuntimeUnavailable",
+    "EnvSpec",
+    "ExecutionContext",
+    "HostCall",
+    "HostError",
+    "InvokeResult",
+    "JsContext",
+    "JsRuntime",
+    "Limits",
+    "LoadInfo",
+    "Module",
+    "PyContext",
+    "PyRuntime",
+    "QueueBatch",
+    "QueueMessage",
+    "Runtime",
+    "RuntimeUnavailable",
 ]

@@ -20,8 +20,7 @@ from . import _frames
 from .types import HostCall, HostError
 
 EXITED = {"op": "runtime_exited"}
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
-           "error": logging.ERROR}
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
 
 
 class ContextSink(Protocol):
@@ -35,10 +34,16 @@ class ContextSink(Protocol):
 
 
 class Channel:
-    def __init__(self, argv: Sequence[str], logger: logging.Logger,
-                 on_exit: Callable[[Channel], None] | None = None,
-                 exit_reason: Callable[[int | None], str] = lambda returncode: "stopped",
-                 label: str = "runtime", stderr_level: int = logging.DEBUG, **popen: Any) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        logger: logging.Logger,
+        on_exit: Callable[[Channel], None] | None = None,
+        exit_reason: Callable[[int | None], str] = lambda returncode: "stopped",
+        label: str = "runtime",
+        stderr_level: int = logging.DEBUG,
+        **popen: Any,
+    ) -> None:
         self._argv = list(argv)
         self._exit_reason = exit_reason
         self._label = label
@@ -55,10 +60,13 @@ class Channel:
 
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
-            *self._argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, **self._popen)
-        self._tasks = [asyncio.create_task(self._read_frames()),
-                       asyncio.create_task(self._read_stderr())]
+            *self._argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            **self._popen,
+        )
+        self._tasks = [asyncio.create_task(self._read_frames()), asyncio.create_task(self._read_stderr())]
 
     @property
     def alive(self) -> bool:
@@ -99,9 +107,13 @@ class Channel:
         if op == "host_call":
             self._start_host_call(frame)
         elif op == "log":
-            self._log.log(_LEVELS.get(frame.get("level", "info"), logging.INFO), "[%s] %s",
-                          frame.get("contextId"), frame.get("text"),
-                          extra={"context_id": frame.get("contextId")})
+            self._log.log(
+                _LEVELS.get(frame.get("level", "info"), logging.INFO),
+                "[%s] %s",
+                frame.get("contextId"),
+                frame.get("text"),
+                extra={"context_id": frame.get("contextId")},
+            )
         elif op == "context_stopped":
             ctx = self.contexts.pop(str(frame.get("contextId")), None)
             if ctx is not None:
@@ -119,8 +131,7 @@ class Channel:
         task.add_done_callback(ctx.host_tasks.discard)
 
     async def _serve_host_call(self, ctx: ContextSink, frame: dict[str, Any]) -> None:
-        reply: dict[str, Any] = {"op": "host_reply", "contextId": ctx.id,
-                                 "callId": frame.get("callId")}
+        reply: dict[str, Any] = {"op": "host_reply", "contextId": ctx.id, "callId": frame.get("callId")}
         try:
             if ctx.host_call is None:
                 raise HostError("unsupported", f"no host handler for {frame.get('method')}")
@@ -137,8 +148,7 @@ class Channel:
     async def _read_stderr(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
         async for line in self.proc.stderr:
-            self._log.log(self._stderr_level, "[%s] %s", self._label,
-                          line.decode("utf-8", "replace").rstrip())
+            self._log.log(self._stderr_level, "[%s] %s", self._label, line.decode("utf-8", "replace").rstrip())
 
     async def _exited(self) -> None:
         self._kill()

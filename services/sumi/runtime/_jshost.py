@@ -35,8 +35,11 @@ _STOPPED = ("cpu_limit", "heap_limit", "wall_limit", "stopped")
 def node_argv(node: str = "node") -> list[str]:
     return [
         node,
-        "--experimental-permission", f"--allow-fs-read={JS_DIR}", "--allow-worker",
-        "--experimental-vm-modules", "--no-warnings",
+        "--experimental-permission",
+        f"--allow-fs-read={JS_DIR}",
+        "--allow-worker",
+        "--experimental-vm-modules",
+        "--no-warnings",
         str(JS_DIR / "host.mjs"),
     ]
 
@@ -46,8 +49,7 @@ class RuntimeUnavailable(RuntimeError):
 
 
 class JsContext:
-    def __init__(self, runtime: JsRuntime, channel: Channel, context_id: str,
-                 host_call: HostCall | None) -> None:
+    def __init__(self, runtime: JsRuntime, channel: Channel, context_id: str, host_call: HostCall | None) -> None:
         self.id = context_id
         self.host_call = host_call
         self.host_tasks: set[asyncio.Task[None]] = set()
@@ -67,16 +69,19 @@ class JsContext:
             return LoadInfo(load_error=f"context stopped: {self.stop_reason or 'stopped'}")
         return LoadInfo.from_wire(reply)
 
-    async def invoke_queue(self, batch: QueueBatch, env: EnvSpec,
-                           host_call: HostCall | None = None) -> InvokeResult:
+    async def invoke_queue(self, batch: QueueBatch, env: EnvSpec, host_call: HostCall | None = None) -> InvokeResult:
         if host_call is not None:
             self.host_call = host_call
         if self.stop_reason is not None:
             return InvokeResult.stopped()
-        reply = await self._channel.request({
-            "op": "invoke_queue", "contextId": self.id,
-            "batch": batch.to_wire(), "env": env.to_wire(),
-        })
+        reply = await self._channel.request(
+            {
+                "op": "invoke_queue",
+                "contextId": self.id,
+                "batch": batch.to_wire(),
+                "env": env.to_wire(),
+            }
+        )
         if reply is EXITED:
             return InvokeResult.stopped(message="runtime process exited")
         result = InvokeResult.from_wire(reply)
@@ -120,23 +125,32 @@ class JsRuntime:
         return self._channel
 
     def _on_exit(self, channel: Channel) -> None:
-        log.warning("javascript runtime process exited (code %s); restarting",
-                    channel.proc.returncode if channel.proc else None)
+        log.warning(
+            "javascript runtime process exited (code %s); restarting", channel.proc.returncode if channel.proc else None
+        )
         if not self._closed:
             asyncio.get_running_loop().create_task(self.start())
 
-    async def start_context(self, modules: Sequence[Module], main_module: str,
-                            limits: Limits = DEFAULT_LIMITS,
-                            host_call: HostCall | None = None) -> JsContext:
+    async def start_context(
+        self,
+        modules: Sequence[Module],
+        main_module: str,
+        limits: Limits = DEFAULT_LIMITS,
+        host_call: HostCall | None = None,
+    ) -> JsContext:
         async with self._lock:
             channel = await self._ensure_channel()
         ctx = JsContext(self, channel, uuid.uuid4().hex, host_call)
         channel.contexts[ctx.id] = ctx
-        reply: dict[str, Any] = await channel.request({
-            "op": "start_context", "contextId": ctx.id, "mainModule": main_module,
-            "modules": [{"name": m.name, "content": m.content} for m in modules],
-            "limits": limits.to_wire(),
-        })
+        reply: dict[str, Any] = await channel.request(
+            {
+                "op": "start_context",
+                "contextId": ctx.id,
+                "mainModule": main_module,
+                "modules": [{"name": m.name, "content": m.content} for m in modules],
+                "limits": limits.to_wire(),
+            }
+        )
         if reply is EXITED or reply.get("op") == "error":
             channel.contexts.pop(ctx.id, None)
             raise RuntimeUnavailable(f"context did not start: {reply}")

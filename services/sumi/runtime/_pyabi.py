@@ -57,8 +57,8 @@ class Batch:
         self.id: str = spec["id"]
         self.queue: str = spec["queue"]
         self.messages = tuple(
-            Message(m["id"], m["timestamp"], base64.b64decode(m["body"]), m["attempts"])
-            for m in spec["messages"])
+            Message(m["id"], m["timestamp"], base64.b64decode(m["body"]), m["attempts"]) for m in spec["messages"]
+        )
         self._base = {"batchId": self.id}
 
     async def acknowledge(self, message_id: str) -> None:
@@ -70,8 +70,7 @@ class Batch:
         if not isinstance(message_id, str):
             raise TypeError("retry: message id must be a str")
         _check_delay(delay_seconds, "retry")
-        await self._abi.call("batch.retry", _with(self._base, messageId=message_id,
-                                                  delaySeconds=delay_seconds))
+        await self._abi.call("batch.retry", _with(self._base, messageId=message_id, delaySeconds=delay_seconds))
 
     async def acknowledge_all(self) -> None:
         await self._abi.call("batch.acknowledgeAll", dict(self._base))
@@ -155,8 +154,15 @@ class Abi:
         call_id = next(self._calls)
         future = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
-        self._child.send({"op": "host_call", "callId": call_id, "method": method, "args": args,
-                          "contextId": getattr(self._child, "context_id", "")})
+        self._child.send(
+            {
+                "op": "host_call",
+                "callId": call_id,
+                "method": method,
+                "args": args,
+                "contextId": getattr(self._child, "context_id", ""),
+            }
+        )
         return await future
 
     def deliver_reply(self, frame: dict[str, Any]) -> None:
@@ -177,8 +183,9 @@ class Abi:
     def describe(self, main: Any) -> dict[str, Any]:
         public = getattr(main, "__all__", None) or [n for n in vars(main) if not n.startswith("_")]
         handlers = [n for n in HANDLER_NAMES if callable(getattr(main, n, None))]
-        classes = [n for n in public if inspect.isclass(cls := getattr(main, n, None))
-                   and callable(getattr(cls, "run", None))]
+        classes = [
+            n for n in public if inspect.isclass(cls := getattr(main, n, None)) and callable(getattr(cls, "run", None))
+        ]
         return {"handlers": handlers, "workflowClasses": classes}
 
     def _error(self, exc: BaseException) -> dict[str, Any]:
@@ -186,15 +193,18 @@ class Abi:
         message = exc.message if isinstance(exc, HostError) else str(exc)
         return {"name": name, "message": message, "hostError": self.is_host_error(exc)}
 
-    async def invoke_queue(self, main: Any, load_error: str | None, batch: dict[str, Any],
-                           env: dict[str, Any]) -> dict[str, Any]:
+    async def invoke_queue(
+        self, main: Any, load_error: str | None, batch: dict[str, Any], env: dict[str, Any]
+    ) -> dict[str, Any]:
         if load_error is not None:
-            return {"ok": False, "reason": "threw",
-                    "error": {"name": "Error", "message": load_error}}
+            return {"ok": False, "reason": "threw", "error": {"name": "Error", "message": load_error}}
         handler = getattr(main, "queue", None)
         if not callable(handler):
-            return {"ok": False, "reason": "threw",
-                    "error": {"name": "TypeError", "message": "main module has no queue handler"}}
+            return {
+                "ok": False,
+                "reason": "threw",
+                "error": {"name": "TypeError", "message": "main module has no queue handler"},
+            }
         ctx = Ctx()
         try:
             await handler(Batch(self, batch), Env(self, env), ctx)

@@ -68,7 +68,7 @@ class Child:
     def send(self, frame: dict[str, Any]) -> None:
         data = _frames.encode(frame)
         while data:
-            data = data[os.write(self._out, data):]
+            data = data[os.write(self._out, data) :]
 
     def log(self, level: str, text: str) -> None:
         self.send({"op": "log", "contextId": self.context_id, "level": level, "text": text})
@@ -102,12 +102,10 @@ class Child:
         assert self.limits is not None
         self.limits.arm()
         try:
-            result = await self.abi.invoke_queue(self.main, self.load_error, frame["batch"],
-                                                 frame["env"])
+            result = await self.abi.invoke_queue(self.main, self.load_error, frame["batch"], frame["env"])
         finally:
             self.limits.disarm()
-        self.send({"op": "invoke_result", "reqId": frame["reqId"], "contextId": self.context_id,
-                   **result})
+        self.send({"op": "invoke_result", "reqId": frame["reqId"], "contextId": self.context_id, **result})
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()

@@ -56,8 +56,15 @@ def write_package(root: Path, modules: Sequence[Module]) -> None:
 
 
 class PyContext:
-    def __init__(self, channel: Channel, context_id: str, root: Path, limits: Limits,
-                 host_call: HostCall | None, forget: Callable[[PyContext], None]) -> None:
+    def __init__(
+        self,
+        channel: Channel,
+        context_id: str,
+        root: Path,
+        limits: Limits,
+        host_call: HostCall | None,
+        forget: Callable[[PyContext], None],
+    ) -> None:
         self.id = context_id
         self._forget = forget
         self.host_call = host_call
@@ -82,15 +89,14 @@ class PyContext:
             return LoadInfo(load_error=f"context stopped: {self.stop_reason or 'stopped'}")
         return LoadInfo.from_wire(reply)
 
-    async def invoke_queue(self, batch: QueueBatch, env: EnvSpec,
-                           host_call: HostCall | None = None) -> InvokeResult:
+    async def invoke_queue(self, batch: QueueBatch, env: EnvSpec, host_call: HostCall | None = None) -> InvokeResult:
         if host_call is not None:
             self.host_call = host_call
         if self.stop_reason is not None:
             return InvokeResult.stopped()
-        request = self._channel.request({
-            "op": "invoke_queue", "contextId": self.id,
-            "batch": batch.to_wire(), "env": env.to_wire()})
+        request = self._channel.request(
+            {"op": "invoke_queue", "contextId": self.id, "batch": batch.to_wire(), "env": env.to_wire()}
+        )
         wall = self._limits.wall_ms / 1000 if self._limits.wall_ms else None
         try:
             reply = await asyncio.wait_for(request, wall)
@@ -120,9 +126,13 @@ class PyRuntime:
     async def start(self) -> None:
         return None  # nothing shared: each context is its own process
 
-    async def start_context(self, modules: Sequence[Module], main_module: str,
-                            limits: Limits = DEFAULT_LIMITS,
-                            host_call: HostCall | None = None) -> PyContext:
+    async def start_context(
+        self,
+        modules: Sequence[Module],
+        main_module: str,
+        limits: Limits = DEFAULT_LIMITS,
+        host_call: HostCall | None = None,
+    ) -> PyContext:
         root = Path(tempfile.mkdtemp(prefix="sumi-py-"))
         try:
             write_package(root, modules)
@@ -130,15 +140,22 @@ class PyRuntime:
             shutil.rmtree(root, ignore_errors=True)
             raise
         context_id = uuid.uuid4().hex
-        channel = Channel(self._argv, log, exit_reason=exit_reason, label=context_id,
-                          stderr_level=logging.INFO, cwd=str(root))
+        channel = Channel(
+            self._argv, log, exit_reason=exit_reason, label=context_id, stderr_level=logging.INFO, cwd=str(root)
+        )
         ctx = PyContext(channel, context_id, root, limits, host_call, self._contexts.discard)
         await channel.start()
         channel.contexts[context_id] = ctx
         self._contexts.add(ctx)
-        reply = await channel.request({
-            "op": "start_context", "contextId": context_id, "root": str(root),
-            "mainModule": main_module, "limits": limits.to_wire()})
+        reply = await channel.request(
+            {
+                "op": "start_context",
+                "contextId": context_id,
+                "root": str(root),
+                "mainModule": main_module,
+                "limits": limits.to_wire(),
+            }
+        )
         if reply is EXITED and ctx.stop_reason is None:
             await ctx.stop()
         return ctx

@@ -59,8 +59,12 @@ class QueueMessage:
     attempts: int
 
     def to_wire(self) -> dict[str, Any]:
-        return {"id": self.id, "timestamp": self.timestamp, "attempts": self.attempts,
-                "body": base64.b64encode(self.body).decode("ascii")}
+        return {
+            "id": self.id,
+            "timestamp": self.timestamp,
+            "attempts": self.attempts,
+            "body": base64.b64encode(self.body).decode("ascii"),
+        }
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,7 @@ class QueueBatch:
     messages: Sequence[QueueMessage]
 
     def to_wire(self) -> dict[str, Any]:
-        return {"id": self.id, "queue": self.queue,
-                "messages": [m.to_wire() for m in self.messages]}
+        return {"id": self.id, "queue": self.queue, "messages": [m.to_wire() for m in self.messages]}
 
 
 @dataclass(frozen=True)
@@ -109,12 +112,16 @@ class InvokeResult:
         if frame.get("ok"):
             return cls(ok=True)
         error = frame.get("error") or {}
-        return cls(ok=False, reason=frame.get("reason") or "threw", error_name=error.get("name"),
-                   error_message=error.get("message"), host_error=bool(error.get("hostError")))
+        return cls(
+            ok=False,
+            reason=frame.get("reason") or "threw",
+            error_name=error.get("name"),
+            error_message=error.get("message"),
+            host_error=bool(error.get("hostError")),
+        )
 
     @classmethod
-    def stopped(cls, reason: StopReason = "stopped",
-                message: str = "context was stopped") -> InvokeResult:
+    def stopped(cls, reason: StopReason = "stopped", message: str = "context was stopped") -> InvokeResult:
         return cls(ok=False, reason=reason, error_name="Error", error_message=message)
 
 
@@ -126,8 +133,9 @@ class ExecutionContext(Protocol):
 
     async def load_info(self) -> LoadInfo: ...
 
-    async def invoke_queue(self, batch: QueueBatch, env: EnvSpec,
-                           host_call: HostCall | None = None) -> InvokeResult: ...
+    async def invoke_queue(
+        self, batch: QueueBatch, env: EnvSpec, host_call: HostCall | None = None
+    ) -> InvokeResult: ...
 
     async def stop(self) -> None:
         """Return only once the context's code has physically stopped."""
@@ -137,8 +145,12 @@ class ExecutionContext(Protocol):
 class Runtime(Protocol):
     async def start(self) -> None: ...
 
-    async def start_context(self, modules: Sequence[Module], main_module: str,
-                            limits: Limits = DEFAULT_LIMITS,
-                            host_call: HostCall | None = None) -> ExecutionContext: ...
+    async def start_context(
+        self,
+        modules: Sequence[Module],
+        main_module: str,
+        limits: Limits = DEFAULT_LIMITS,
+        host_call: HostCall | None = None,
+    ) -> ExecutionContext: ...
 
     async def close(self) -> None: ...

@@ -55,14 +55,10 @@ class Verifier:
     def fold(self, record: Any) -> None:
         if isinstance(record, r.ResourceCreated) and record.form == MODULE_WORKER:
             spec = json.loads(record.spec)
-            self.workers[record.uid] = Worker(
-                spec.get("runtime", "javascript"), tuple(spec.get("handlers", ()))
-            )
+            self.workers[record.uid] = Worker(spec.get("runtime", "javascript"), tuple(spec.get("handlers", ())))
         elif isinstance(record, r.ResourceUpdated) and record.uid in self.workers:
             spec = json.loads(record.spec)
-            self.workers[record.uid] = Worker(
-                spec.get("runtime", "javascript"), tuple(spec.get("handlers", ()))
-            )
+            self.workers[record.uid] = Worker(spec.get("runtime", "javascript"), tuple(spec.get("handlers", ())))
         elif isinstance(record, r.ResourceDeleted):
             self.workers.pop(record.uid, None)
 
@@ -87,9 +83,7 @@ class Verifier:
             try:
                 return await asyncio.wait_for(attempt(), VERIFY_TIMEOUT)
             except TimeoutError:
-                return LoadInfo(
-                    load_error=f"loading the main module took longer than {VERIFY_TIMEOUT:.0f}s"
-                )
+                return LoadInfo(load_error=f"loading the main module took longer than {VERIFY_TIMEOUT:.0f}s")
             except ValueError as exc:  # the Python runtime refuses a module layout
                 return LoadInfo(load_error=str(exc))
             except Exception as exc:  # the runtime process itself failed: once more, fresh
@@ -109,9 +103,7 @@ class Verifier:
         worker = self.workers.get(spec["worker"]["resourceUid"])
         report: dict[str, Any] = {"operationId": record.operationId}
         if worker is None:
-            problem = Problem(
-                "dependency_conflict", f"worker {spec['worker']['resourceUid']}: not found"
-            )
+            problem = Problem("dependency_conflict", f"worker {spec['worker']['resourceUid']}: not found")
             return {
                 **report,
                 "outcome": "failed",
@@ -141,8 +133,7 @@ class Verifier:
         if missing:  # QC-16: the worker declares it, so every Version must provide it
             problem = Problem(
                 "invalid_spec",
-                f"the main module {spec['mainModule']} does not provide the "
-                f"{missing[0]!r} handler its worker declares",
+                f"the main module {spec['mainModule']} does not provide the {missing[0]!r} handler its worker declares",
                 [FieldError("/spec/mainModule", f"lacks the {missing[0]!r} handler")],
             )
             return {**report, "outcome": "failed", "observed": observed, "error": problem.to_json()}
@@ -197,9 +188,7 @@ class Verifier:
                     for message in messages:
                         record = codec.decode(message.value)
                         self.fold(record)
-                        if not (
-                            isinstance(record, r.ResourceCreated) and record.form == WORKER_VERSION
-                        ):
+                        if not (isinstance(record, r.ResourceCreated) and record.form == WORKER_VERSION):
                             continue
                         if message.offset < self.act_from.get(tp, 0):
                             continue  # verified and reported before a restart
@@ -213,9 +202,7 @@ class Verifier:
                         )
                         await consumer.commit({tp: message.offset + 1})
                         self.act_from[tp] = message.offset + 1
-                        log.info(
-                            "verified %s (%s): %s", record.uid, record.name, payload["outcome"]
-                        )
+                        log.info("verified %s (%s): %s", record.uid, record.name, payload["outcome"])
         finally:
             await consumer.stop()
             await producer.stop()

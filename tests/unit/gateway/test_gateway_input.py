@@ -21,8 +21,10 @@ def code_of(fn, *args) -> str:  # type: ignore[no-untyped-def]
 
 # ---- bodies: strict JSON objects (host-api.md §2 "Unknown top-level request keys are rejected")
 
-@pytest.mark.parametrize("raw", [b"", b"{", b"[1]x", b'{"a": NaN}', b'{"a": Infinity}',
-                                 b'{"a": 1, "a": 2}', b"\xff\xfe"])
+
+@pytest.mark.parametrize(
+    "raw", [b"", b"{", b"[1]x", b'{"a": NaN}', b'{"a": Infinity}', b'{"a": 1, "a": 2}', b"\xff\xfe"]
+)
 def test_malformed_json_is_invalid_request(raw: bytes) -> None:
     assert code_of(parse_json, raw) == "invalid_request"
 
@@ -38,16 +40,21 @@ def test_unknown_and_missing_keys_are_invalid_request() -> None:  # QC-53 at the
     assert check_object({"name": "a", "opt": 1}, {"name"}, {"opt"}) == {"name": "a", "opt": 1}
 
 
-@pytest.mark.parametrize("body", [
-    {"name": 1, "form": "f", "spec": {}}, {"name": "a", "form": None, "spec": {}},
-    {"name": "a", "form": "f", "spec": []}, {"name": "a", "form": "f", "spec": {},
-                                             "privateInputs": "x"},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": 1, "form": "f", "spec": {}},
+        {"name": "a", "form": None, "spec": {}},
+        {"name": "a", "form": "f", "spec": []},
+        {"name": "a", "form": "f", "spec": {}, "privateInputs": "x"},
+    ],
+)
 def test_wrong_top_level_types_are_invalid_request(body: dict) -> None:
     assert code_of(check_body, body) == "invalid_request"
 
 
 # ---- Idempotency-Key (host-api.md §2)
+
 
 def test_missing_key_is_428_only_where_required() -> None:
     assert code_of(idempotency_key, None, True) == "idempotency_key_required"
@@ -65,6 +72,7 @@ def test_visible_ascii_keys_are_accepted(key: str) -> None:
 
 
 # ---- fingerprints bind a key to method, path and body (QC-46)
+
 
 def test_fingerprint_is_sha256_of_method_path_and_canonical_body() -> None:  # QC-46
     body = {"spec": {"retentionSeconds": 60}, "name": "q"}

@@ -40,16 +40,16 @@ async def test_missing_token_is_401_before_any_backend_call(client: httpx.AsyncC
     assert r.status_code == 401 and r.json()["code"] == "unauthenticated"
 
 
-async def test_an_unexpected_error_is_a_500_problem(client: httpx.AsyncClient,
-                                                   caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_unexpected_error_is_a_500_problem(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.CRITICAL, logger="sumi.gateway")  # the error is logged; keep it quiet
     r = await client.get("/v2/spaces", headers={"Authorization": "Bearer x"})  # backend not started
     assert r.status_code == 500 and r.headers["content-type"] == PROBLEM
     assert r.json()["status"] == 500 and "Traceback" not in r.text
 
 
-@pytest.mark.parametrize("exc", [psycopg.OperationalError("down"), KafkaConnectionError("down"),
-                                 TimeoutError()])
+@pytest.mark.parametrize("exc", [psycopg.OperationalError("down"), KafkaConnectionError("down"), TimeoutError()])
 def test_connectivity_errors_are_503_backend_unavailable(exc: Exception) -> None:
     response = unexpected_response(exc, "/x")
     assert response.status_code == 503 and b'"backend_unavailable"' in response.body

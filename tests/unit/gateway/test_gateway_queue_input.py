@@ -28,18 +28,26 @@ def test_largest_body_is_accepted_and_one_more_byte_is_413() -> None:  # QC-52
     assert code_of({"messages": [{"body": b64(b"x" * (MAX_BODY + 1))}]}) == "message_too_large"
 
 
-@pytest.mark.parametrize("body", [
-    {"messages": []}, {"messages": [{"body": "AA=="}] * 101}, {"messages": "x"},
-    {"messages": [{"body": "AA==", "extra": 1}]}, {"messages": [{}]}, {"messages": ["AA=="]},
-    {"messages": [{"body": "AA"}]},  # unpadded
-    {"messages": [{"body": "-_8="}]},  # URL-safe alphabet
-    {"messages": [{"body": "A A="}]}, {"messages": [{"body": 1}]},
-    {"messages": [{"body": "AA==", "delaySeconds": -1}]},
-    {"messages": [{"body": "AA==", "delaySeconds": 43201}]},
-    {"messages": [{"body": "AA==", "delaySeconds": 1.5}]},
-    {"messages": [{"body": "AA==", "delaySeconds": True}]},
-    {"messages": [{"body": "AA=="}], "extra": True},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": []},
+        {"messages": [{"body": "AA=="}] * 101},
+        {"messages": "x"},
+        {"messages": [{"body": "AA==", "extra": 1}]},
+        {"messages": [{}]},
+        {"messages": ["AA=="]},
+        {"messages": [{"body": "AA"}]},  # unpadded
+        {"messages": [{"body": "-_8="}]},  # URL-safe alphabet
+        {"messages": [{"body": "A A="}]},
+        {"messages": [{"body": 1}]},
+        {"messages": [{"body": "AA==", "delaySeconds": -1}]},
+        {"messages": [{"body": "AA==", "delaySeconds": 43201}]},
+        {"messages": [{"body": "AA==", "delaySeconds": 1.5}]},
+        {"messages": [{"body": "AA==", "delaySeconds": True}]},
+        {"messages": [{"body": "AA=="}], "extra": True},
+    ],
+)
 def test_malformed_sends_are_invalid_request(body: object) -> None:  # QC-52, QC-53
     assert code_of(body) == "invalid_request"
 

@@ -70,5 +70,4 @@ async def test_writes_on_resources_require_idempotency_key() -> None:  # QC-46
         assert any(p["name"] == "Idempotency-Key" and p["required"] for p in params)
     item = doc["paths"]["/v2/spaces/{space}/resources/{uid}"]
     for method in ("put", "delete"):
-        assert any(p["name"] == "Idempotency-Key" and p["required"]
-                   for p in item[method]["parameters"])
+        assert any(p["name"] == "Idempotency-Key" and p["required"] for p in item[method]["parameters"])

@@ -43,9 +43,15 @@ def world(s: ControlState) -> dict[str, str]:
 
 
 def spec(q: str, w: str, **over: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"queue": {"resourceUid": q}, "worker": {"resourceUid": w},
-                            "maxBatchSize": 10, "maxBatchTimeoutSeconds": 0, "maxConcurrency": 2,
-                            "maxRetries": 3, "retryDelaySeconds": 0}
+    base: dict[str, Any] = {
+        "queue": {"resourceUid": q},
+        "worker": {"resourceUid": w},
+        "maxBatchSize": 10,
+        "maxBatchTimeoutSeconds": 0,
+        "maxConcurrency": 2,
+        "maxRetries": 3,
+        "retryDelaySeconds": 0,
+    }
     base.update(over)
     return {k: v for k, v in base.items() if v is not None}
 
@@ -61,21 +67,23 @@ def test_valid_create_succeeds_now(s: ControlState) -> None:
     assert [e.state for e in events if isinstance(e, r.OperationStateChanged)] == ["running", "succeeded"]
 
 
-@pytest.mark.parametrize("field, low, high", [
-    ("maxBatchSize", 1, 100),  # QC-4
-    ("maxBatchTimeoutSeconds", 0, 60),  # QC-5
-    ("maxConcurrency", 1, 250),  # QC-6
-    ("maxRetries", 0, 100),  # QC-7
-    ("retryDelaySeconds", 0, 43200),  # QC-8
-])
+@pytest.mark.parametrize(
+    "field, low, high",
+    [
+        ("maxBatchSize", 1, 100),  # QC-4
+        ("maxBatchTimeoutSeconds", 0, 60),  # QC-5
+        ("maxConcurrency", 1, 250),  # QC-6
+        ("maxRetries", 0, 100),  # QC-7
+        ("retryDelaySeconds", 0, 43200),  # QC-8
+    ],
+)
 def test_ranges_at_both_edges(s: ControlState, field: str, low: int, high: int) -> None:
     w = world(s)
     for i, ok in enumerate((low, high)):
         assert decided(consumer(s, spec(w["q"], w["w"], **{field: ok}), f"ok{i}")).accepted
         run(s, cmd("resource.delete", {"ref": f"ok{i}"}))
         # a delete is awaited by the engine; end it here as the engine would
-        op = next(o for o in s.space("demo").operations.values() if o.kind == "delete"
-                  and o.state == "running")
+        op = next(o for o in s.space("demo").operations.values() if o.kind == "delete" and o.state == "running")
         run(s, cmd("operation.report", {"operationId": op.id, "outcome": "succeeded"}))
     for bad in (low - 1, high + 1, float(low), str(low), True, None):
         body = spec(w["q"], w["w"])
@@ -89,20 +97,33 @@ def test_unknown_and_missing_fields_rejected(s: ControlState) -> None:
     w = world(s)
     p = problem(consumer(s, {**spec(w["q"], w["w"]), "priority": 1}))
     assert p["code"] == "invalid_spec" and p["errors"][0]["path"] == "/spec/priority"
-    for missing in ("queue", "worker", "maxBatchSize", "maxBatchTimeoutSeconds", "maxConcurrency",
-                    "maxRetries", "retryDelaySeconds"):
+    for missing in (
+        "queue",
+        "worker",
+        "maxBatchSize",
+        "maxBatchTimeoutSeconds",
+        "maxConcurrency",
+        "maxRetries",
+        "retryDelaySeconds",
+    ):
         body = spec(w["q"], w["w"])
         del body[missing]
         assert problem(consumer(s, body))["errors"][0]["path"] == f"/spec/{missing}"
-    p = problem(run(s, cmd("resource.create", {"name": "c", "form": QUEUE_CONSUMER,
-                                               "spec": spec(w["q"], w["w"]),
-                                               "privateInputs": {"k": "v"}})))
+    p = problem(
+        run(
+            s,
+            cmd(
+                "resource.create",
+                {"name": "c", "form": QUEUE_CONSUMER, "spec": spec(w["q"], w["w"]), "privateInputs": {"k": "v"}},
+            ),
+        )
+    )
     assert p["code"] == "invalid_spec"  # QC-10
 
 
-@pytest.mark.parametrize("ref", [
-    {"resourceUid": "x", "name": "q"}, {}, {"uid": "x"}, "res_x", {"resourceUid": ""},
-    {"resourceUid": 5}, None])
+@pytest.mark.parametrize(
+    "ref", [{"resourceUid": "x", "name": "q"}, {}, {"uid": "x"}, "res_x", {"resourceUid": ""}, {"resourceUid": 5}, None]
+)
 def test_reference_objects_closed(s: ControlState, ref: Any) -> None:
     # QC-11, QC-53
     w = world(s)
@@ -158,8 +179,14 @@ def test_dead_letter_cycles_of_any_length(s: ControlState) -> None:
     assert decided(consumer(s, spec(w["q3"], w["w"]), "c")).accepted
     # an update that would close the cycle is refused too, and changes nothing (QC-20)
     c = s.space("demo").by_ref("c")
-    p = problem(run(s, cmd("resource.update", {"ref": "c", "spec": spec(
-        w["q3"], w["w"], deadLetterQueue={"resourceUid": w["q"]})})))
+    p = problem(
+        run(
+            s,
+            cmd(
+                "resource.update", {"ref": "c", "spec": spec(w["q3"], w["w"], deadLetterQueue={"resourceUid": w["q"]})}
+            ),
+        )
+    )
     assert p["code"] == "dependency_conflict"
     assert s.space("demo").by_ref("c") == c
 
@@ -172,8 +199,13 @@ def test_queue_and_worker_immutable_other_fields_updatable(s: ControlState) -> N
     for body, path in [(spec(w["q2"], w["w"]), "/spec/queue"), (spec(w["q"], w2), "/spec/worker")]:
         p = problem(run(s, cmd("resource.update", {"ref": "c", "spec": body})))
         assert p["code"] == "invalid_spec" and p["errors"][0]["path"] == path
-    events = run(s, cmd("resource.update", {"ref": "c", "spec": spec(
-        w["q"], w["w"], maxConcurrency=1, deadLetterQueue={"resourceUid": w["q2"]})}))
+    events = run(
+        s,
+        cmd(
+            "resource.update",
+            {"ref": "c", "spec": spec(w["q"], w["w"], maxConcurrency=1, deadLetterQueue={"resourceUid": w["q2"]})},
+        ),
+    )
     assert decided(events).accepted  # QC-9: a DLQ may be added, changed or removed
     assert s.space("demo").by_ref("c").spec["maxConcurrency"] == 1  # type: ignore[union-attr]
     assert decided(run(s, cmd("resource.update", {"ref": "c", "spec": spec(w["q"], w["w"])}))).accepted

@@ -72,7 +72,6 @@ async def test_a_version_leaving_the_allocation_retires_its_contexts() -> None:
     assert pool.take(A) is None and pool.take(B) is new
 
 
-
 class UnstoppableContext(FakeContext):
     async def stop(self) -> None:
         raise TimeoutError("the runtime did not answer")

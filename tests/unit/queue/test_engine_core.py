@@ -21,9 +21,19 @@ def new_id(prefix: str) -> str:
 
 
 def consumer(**over: Any) -> Consumer:
-    values: dict[str, Any] = dict(uid="c", space="demo", queue="q", worker="w", max_batch_size=3,
-                                  max_batch_timeout_s=0, max_concurrency=2, max_retries=1,
-                                  retry_delay_s=10, dead_letter_queue=None, state="active")
+    values: dict[str, Any] = dict(
+        uid="c",
+        space="demo",
+        queue="q",
+        worker="w",
+        max_batch_size=3,
+        max_batch_timeout_s=0,
+        max_concurrency=2,
+        max_retries=1,
+        retry_delay_s=10,
+        dead_letter_queue=None,
+        state="active",
+    )
     values.update(over)
     return Consumer(**values)
 
@@ -44,8 +54,7 @@ class World:
 
     def send(self, n: int, at: int = T0, delay_ms: int = 0, queue: str = "q") -> list[str]:
         ids = [new_id("msg") for _ in range(n)]
-        self.apply([r.MessageAccepted(queue, "demo", mid, mid.encode(), at, at + delay_ms)
-                    for mid in ids])
+        self.apply([r.MessageAccepted(queue, "demo", mid, mid.encode(), at, at + delay_ms) for mid in ids])
         return ids
 
     def deliver(self, c: Consumer, now: int = T0) -> r.BatchDelivered | None:
@@ -166,7 +175,7 @@ def test_at_most_one_plus_max_retries_deliveries_then_dead_letter(dlq: str | Non
         assert b.attempts == (deliveries,)
         w.apply(d.end_batch(w.state, c, b.batchId, "threw", T0, new_id))
     assert deliveries == 3
-    last = [x for x in w.log if not isinstance(x, r.BatchEnded)][-1 if dlq is None else -2:]
+    last = [x for x in w.log if not isinstance(x, r.BatchEnded)][-1 if dlq is None else -2 :]
     if dlq is None:
         assert last == [r.MessageDiscarded("q", mid, "retries_exhausted", T0)]
     else:
@@ -201,8 +210,7 @@ def test_stopped_and_abandoned_batches_are_owed_again_never_acked() -> None:
     ended = w.apply(d.end_batch(w.state, c, b.batchId, "abandoned", T0 + 1, new_id))
     assert [type(x) for x in ended] == [r.MessageRetryScheduled, r.BatchEnded]
     assert ended[0].messageId == b.messageIds[1] and ended[0].visibleAt == T0 + 1
-    assert not any(isinstance(x, r.MessagesAcknowledged) and b.messageIds[1] in x.messageIds
-                   for x in w.log)
+    assert not any(isinstance(x, r.MessagesAcknowledged) and b.messageIds[1] in x.messageIds for x in w.log)
 
 
 def test_retention_discards_old_pending_but_not_in_flight() -> None:

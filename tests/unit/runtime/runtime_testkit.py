@@ -32,8 +32,11 @@ class Host:
 
 
 def batch(n: int = 2, batch_id: str = "batch-1") -> QueueBatch:
-    return QueueBatch(batch_id, "orders", [
-        QueueMessage(f"m{i}", 1_700_000_000_000 + i, f"body-{i}".encode(), 1) for i in range(1, n + 1)])
+    return QueueBatch(
+        batch_id,
+        "orders",
+        [QueueMessage(f"m{i}", 1_700_000_000_000 + i, f"body-{i}".encode(), 1) for i in range(1, n + 1)],
+    )
 
 
 ENV = EnvSpec({"GREETING": "hello"}, ["OUT"])
@@ -76,6 +79,11 @@ process.stdout.write(JSON.stringify(out));
 def check_documents(*cases: str) -> list[dict[str, Any]]:
     """Run checkDocument in plain node on values built by each JS function body."""
     script = _DOC_RUNNER % json.dumps((JS_DIR / "document.mjs").as_uri())
-    done = subprocess.run(["node", "--input-type=module", "-e", script, json.dumps(list(cases))],
-                          capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        ["node", "--input-type=module", "-e", script, json.dumps(list(cases))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return json.loads(done.stdout)

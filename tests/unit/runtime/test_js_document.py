@@ -15,20 +15,40 @@ def codes(*cases: str) -> list[str | None]:
 
 
 def test_root_must_be_plain_object() -> None:  # DOC-1
-    assert codes(
-        "return {a: 1}", "return Object.create(null)", "return null", "return [1]", "return 3",
-        "return 'x'", "return new Date()", "return new (class A {})()", "return undefined",
-    ) == [None, None] + ["invalid_params"] * 7
+    assert (
+        codes(
+            "return {a: 1}",
+            "return Object.create(null)",
+            "return null",
+            "return [1]",
+            "return 3",
+            "return 'x'",
+            "return new Date()",
+            "return new (class A {})()",
+            "return undefined",
+        )
+        == [None, None] + ["invalid_params"] * 7
+    )
 
 
 def test_inside_values() -> None:  # DOC-2, DOC-3
     ok = ["return {a: null, b: true, c: 1.5, d: 'ü😀', e: {f: [1, [2]]}, g: Object.create(null)}"]
     bad = [
-        "return {a: 1n}", "return {a: Symbol('s')}", "return {[Symbol('k')]: 1}", "return {a() {}}",
-        "return {a: NaN}", "return {a: Infinity}", "return {a: undefined}", "return {a: [1, undefined]}",
-        "return {a: [1,,3]}", "return {a: Object.assign([1], {x: 2})}", "return {a: new Map()}",
-        "return {a: new Uint8Array(1)}", "return {a: '\\ud800'}",
-        "const o = {}; o.self = o; return o", "const a = []; a.push({a}); return {a}",
+        "return {a: 1n}",
+        "return {a: Symbol('s')}",
+        "return {[Symbol('k')]: 1}",
+        "return {a() {}}",
+        "return {a: NaN}",
+        "return {a: Infinity}",
+        "return {a: undefined}",
+        "return {a: [1, undefined]}",
+        "return {a: [1,,3]}",
+        "return {a: Object.assign([1], {x: 2})}",
+        "return {a: new Map()}",
+        "return {a: new Uint8Array(1)}",
+        "return {a: '\\ud800'}",
+        "const o = {}; o.self = o; return o",
+        "const a = []; a.push({a}); return {a}",
         "const o = {}; Object.defineProperty(o, 'h', {value: 1, enumerable: false}); return o",
     ]
     assert codes(*ok, *bad) == [None] + ["invalid_params"] * len(bad)

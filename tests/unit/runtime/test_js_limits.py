@@ -64,8 +64,7 @@ async def test_memory_bomb_is_stopped_by_heap_limit(rt: JsRuntime) -> None:  # Q
 
 
 async def test_wall_limit(rt: JsRuntime) -> None:
-    ctx = await rt.start_context(js(js_queue("await new Promise(() => {});")), "worker.js",
-                                 Limits(wall_ms=300))
+    ctx = await rt.start_context(js(js_queue("await new Promise(() => {});")), "worker.js", Limits(wall_ms=300))
     assert (await ctx.invoke_queue(batch(), ENV)).reason == "wall_limit"
 
 

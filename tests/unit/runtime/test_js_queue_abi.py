@@ -27,7 +27,9 @@ async def invoke(rt: JsRuntime, body: str, host: Host | None = None):
 
 
 async def test_settlement_calls_carry_the_batch(rt: JsRuntime) -> None:  # QC-25..28
-    result, host = await invoke(rt, """
+    result, host = await invoke(
+        rt,
+        """
       for (const m of batch.messages) if (!(m.body instanceof Uint8Array)) throw new Error('body');
       if (batch.id !== 'batch-1' || batch.queue !== 'orders') throw new Error('batch');
       if (batch.messages[0].timestamp !== 1700000000001 || batch.messages[0].attempts !== 1) throw new Error('msg');
@@ -38,7 +40,8 @@ async def test_settlement_calls_carry_the_batch(rt: JsRuntime) -> None:  # QC-25
       await batch.retryAll();
       await batch.retryAll(43200);
       const { acknowledge } = batch; await acknowledge('m1');  // bound to the batch
-    """)
+    """,
+    )
     assert result.ok, result
     b = {"batchId": "batch-1"}
     assert host.calls == [
@@ -53,11 +56,14 @@ async def test_settlement_calls_carry_the_batch(rt: JsRuntime) -> None:  # QC-25
 
 
 async def test_queue_binding_send(rt: JsRuntime) -> None:
-    result, host = await invoke(rt, """
+    result, host = await invoke(
+        rt,
+        """
       await env.OUT.send('hé');
       await env.OUT.send(new Uint8Array([0, 255]), {delaySeconds: 3});
       await env.OUT.sendBatch([{body: new Uint8Array([1]).buffer}, {body: 'x', delaySeconds: 0}]);
-    """)
+    """,
+    )
     assert result.ok, result
     assert host.calls == [
         ("queue.send", {"binding": "OUT", "messages": [{"body": "aMOp"}]}),
@@ -66,30 +72,38 @@ async def test_queue_binding_send(rt: JsRuntime) -> None:
     ]
 
 
-@pytest.mark.parametrize("call, error", [
-    ("batch.acknowledge(1)", "TypeError"),
-    ("batch.acknowledge()", "TypeError"),
-    ("batch.retry('m1', -1)", "RangeError"),
-    ("batch.retry('m1', 43201)", "RangeError"),
-    ("batch.retry('m1', 1.5)", "RangeError"),
-    ("batch.retry('m1', '5')", "TypeError"),
-    ("batch.retryAll(NaN)", "RangeError"),
-    ("env.OUT.send(5)", "TypeError"),
-    ("env.OUT.send('x', {delay: 1})", "TypeError"),
-    ("env.OUT.send('x', {delaySeconds: 99999})", "RangeError"),
-    ("env.OUT.sendBatch([])", "TypeError"),
-])
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        ("batch.acknowledge(1)", "TypeError"),
+        ("batch.acknowledge()", "TypeError"),
+        ("batch.retry('m1', -1)", "RangeError"),
+        ("batch.retry('m1', 43201)", "RangeError"),
+        ("batch.retry('m1', 1.5)", "RangeError"),
+        ("batch.retry('m1', '5')", "TypeError"),
+        ("batch.retryAll(NaN)", "RangeError"),
+        ("env.OUT.send(5)", "TypeError"),
+        ("env.OUT.send('x', {delay: 1})", "TypeError"),
+        ("env.OUT.send('x', {delaySeconds: 99999})", "RangeError"),
+        ("env.OUT.sendBatch([])", "TypeError"),
+    ],
+)
 async def test_bad_arguments_throw_before_any_host_call(rt: JsRuntime, call: str, error: str) -> None:  # QC-25
-    result, host = await invoke(rt, f"""
+    result, host = await invoke(
+        rt,
+        f"""
       try {{ {call}; }} catch (e) {{ throw new Error('sync:' + e.name); }}
-    """)
+    """,
+    )
     assert (result.ok, result.error_message) == (False, f"sync:{error}")
     assert host.calls == []
 
 
 async def test_host_errors_are_named_read_only_and_marked(rt: JsRuntime) -> None:  # QC-25, QC-26, WF-44
     host = Host(fail={"batch.acknowledge": "already_settled", "batch.retry": "unknown_message"})
-    result, _ = await invoke(rt, """
+    result, _ = await invoke(
+        rt,
+        """
       let e;
       try { await batch.acknowledge('m1'); } catch (x) { e = x; }
       const d = Object.getOwnPropertyDescriptor(e, 'name');
@@ -99,31 +113,39 @@ async def test_host_errors_are_named_read_only_and_marked(rt: JsRuntime) -> None
       if (e.name !== 'already_settled') throw new Error('name changed');
       if (Object.keys(e).includes('name')) throw new Error('enumerable');
       throw e;  // rethrowing the same object keeps provenance
-    """, host)
+    """,
+        host,
+    )
     assert (result.reason, result.error_name, result.host_error) == ("threw", "already_settled", True)
 
-    result, _ = await invoke(rt, """
+    result, _ = await invoke(
+        rt,
+        """
       try { await batch.retry('m9'); } catch (e) {
         const copy = new Error(e.message);
         Object.defineProperty(copy, 'name', { value: e.name });
         throw copy;
       }
-    """, host)
+    """,
+        host,
+    )
     assert (result.error_name, result.host_error) == ("unknown_message", False)
 
 
 async def test_handler_throw_and_rejection_are_reported(rt: JsRuntime) -> None:  # QC-32
     result, _ = await invoke(rt, "throw new RangeError('boom');")
-    assert (result.ok, result.reason, result.error_name, result.error_message) == (
-        False, "threw", "RangeError", "boom")
+    assert (result.ok, result.reason, result.error_name, result.error_message) == (False, "threw", "RangeError", "boom")
     result, _ = await invoke(rt, "throw 'a string';")
     assert result.reason == "threw" and "a string" in result.error_message
 
 
 async def test_wait_until_runs_before_the_result(rt: JsRuntime) -> None:
-    result, host = await invoke(rt, """
+    result, host = await invoke(
+        rt,
+        """
       ctx.waitUntil(new Promise((r) => setTimeout(r, 20)).then(() => batch.retryAll()));
-    """)
+    """,
+    )
     assert result.ok and host.methods() == ["batch.retryAll"]
 
 
@@ -147,11 +169,14 @@ async def test_load_info(rt: JsRuntime) -> None:  # WF-28
     assert sorted(info.workflow_classes) == ["OldStyle", "ReportWorkflow"]
 
 
-@pytest.mark.parametrize("source, needle", [
-    ("export default { queue( };", "SyntaxError"),
-    ("throw new Error('at load');", "at load"),
-    ("import { nope } from './lib.js';", "nope"),
-])
+@pytest.mark.parametrize(
+    "source, needle",
+    [
+        ("export default { queue( };", "SyntaxError"),
+        ("throw new Error('at load');", "at load"),
+        ("import { nope } from './lib.js';", "nope"),
+    ],
+)
 async def test_broken_module_is_a_load_error(rt: JsRuntime, source: str, needle: str) -> None:
     ctx = await rt.start_context(js(source, lib="export const yes = 1;"), "worker.js")
     info = await ctx.load_info()

@@ -11,9 +11,11 @@ async def test_a_js_context_serves_batch_after_batch_until_a_limit_stops_it() ->
     rt = JsRuntime()
     await rt.start()
     try:
-        source = js_queue("globalThis.n = (globalThis.n || 0) + 1;"
-                          "if (globalThis.n === 3) for (;;) {}"
-                          "await batch.retryAll(globalThis.n);")
+        source = js_queue(
+            "globalThis.n = (globalThis.n || 0) + 1;"
+            "if (globalThis.n === 3) for (;;) {}"
+            "await batch.retryAll(globalThis.n);"
+        )
         host = Host()
         ctx = await rt.start_context(js(source), "worker.js", Limits(cpu_ms=300), host)
         for i in (1, 2):

@@ -27,23 +27,27 @@ async def run(rt: JsRuntime, source: str, **extra: str):
     return info, result, host
 
 
-@pytest.mark.parametrize("source", [
-    "import fs from 'fs';",
-    "import { readFileSync } from 'node:fs';",
-    "import net from 'node:net';",
-    "import cp from 'node:child_process';",
-    "import x from '/etc/passwd';",
-    "import x from 'file:///etc/passwd';",
-    "import x from '../outside.js';",
-    "import x from './missing.js';",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import fs from 'fs';",
+        "import { readFileSync } from 'node:fs';",
+        "import net from 'node:net';",
+        "import cp from 'node:child_process';",
+        "import x from '/etc/passwd';",
+        "import x from 'file:///etc/passwd';",
+        "import x from '../outside.js';",
+        "import x from './missing.js';",
+    ],
+)
 async def test_static_import_outside_version_is_load_error(rt: JsRuntime, source: str) -> None:  # WF-32
     info, _, _ = await run(rt, source + js_queue(""))
     assert info.load_error and "cannot import" in info.load_error
 
 
-@pytest.mark.parametrize("specifier", ["node:fs", "fs", "node:net", "node:child_process",
-                                       "node:worker_threads", "/etc/passwd", "../x.js"])
+@pytest.mark.parametrize(
+    "specifier", ["node:fs", "fs", "node:net", "node:child_process", "node:worker_threads", "/etc/passwd", "../x.js"]
+)
 async def test_dynamic_import_outside_version_rejects(rt: JsRuntime, specifier: str) -> None:
     source = js_queue(f"await import({specifier!r});")
     _, result, _ = await run(rt, source)
@@ -73,16 +77,19 @@ async def test_no_host_globals(rt: JsRuntime) -> None:
     assert result.ok, result
 
 
-@pytest.mark.parametrize("escape", [
-    "this.constructor.constructor('return process')()",
-    "globalThis.constructor.constructor('return process')()",
-    "(() => {}).constructor('return process')()",
-    "eval('1')",
-    "console.log.constructor('return process')()",
-    "setTimeout.constructor('return process')()",
-    "TextEncoder.constructor('return process')()",
-    "new URL('http://x/').constructor.constructor('return process')()",
-])
+@pytest.mark.parametrize(
+    "escape",
+    [
+        "this.constructor.constructor('return process')()",
+        "globalThis.constructor.constructor('return process')()",
+        "(() => {}).constructor('return process')()",
+        "eval('1')",
+        "console.log.constructor('return process')()",
+        "setTimeout.constructor('return process')()",
+        "TextEncoder.constructor('return process')()",
+        "new URL('http://x/').constructor.constructor('return process')()",
+    ],
+)
 async def test_constructor_escapes_reach_no_host_realm(rt: JsRuntime, escape: str) -> None:
     # Every function here belongs to the sandbox realm, whose code generation
     # from strings is off: the attempt throws instead of returning `process`.

@@ -29,7 +29,9 @@ async def invoke(rt: PyRuntime, body: str, host: Host | None = None, limits: Lim
 
 
 async def test_settlement_and_send(rt: PyRuntime) -> None:  # QC-25..28
-    result, host = await invoke(rt, """
+    result, host = await invoke(
+        rt,
+        """
 assert batch.messages[0].body == b"body-1" and batch.queue == "orders"
 await batch.acknowledge("m1")
 await batch.retry("m2", 30)
@@ -38,7 +40,8 @@ await batch.retryAll(5)
 await env.OUT.send("hé", delay_seconds=3)
 await env.OUT.send_batch([{"body": b"\\x00"}])
 assert env.GREETING == "hello"
-""")
+""",
+    )
     assert result.ok, result
     b = {"batchId": "batch-1"}
     assert host.calls == [
@@ -51,13 +54,16 @@ assert env.GREETING == "hello"
     ]
 
 
-@pytest.mark.parametrize("call, error", [
-    ("batch.acknowledge(1)", "TypeError"),
-    ("batch.retry('m1', -1)", "ValueError"),
-    ("batch.retry('m1', 43201)", "ValueError"),
-    ("batch.retry('m1', True)", "TypeError"),
-    ("env.OUT.send(5)", "TypeError"),
-])
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        ("batch.acknowledge(1)", "TypeError"),
+        ("batch.retry('m1', -1)", "ValueError"),
+        ("batch.retry('m1', 43201)", "ValueError"),
+        ("batch.retry('m1', True)", "TypeError"),
+        ("env.OUT.send(5)", "TypeError"),
+    ],
+)
 async def test_bad_arguments_raise_before_any_host_call(rt: PyRuntime, call: str, error: str) -> None:
     result, host = await invoke(rt, f"await {call}")
     assert (result.ok, result.error_name) == (False, error)
@@ -66,7 +72,9 @@ async def test_bad_arguments_raise_before_any_host_call(rt: PyRuntime, call: str
 
 async def test_host_errors(rt: PyRuntime) -> None:  # QC-26, WF-44
     host = Host(fail={"batch.acknowledge": "already_settled"})
-    result, _ = await invoke(rt, """
+    result, _ = await invoke(
+        rt,
+        """
 from sumi.runtime import HostError
 try:
     await batch.acknowledge("m1")
@@ -79,15 +87,21 @@ except HostError as e:
     else:
         raise AssertionError("name is writable")
     raise
-""", host)
+""",
+        host,
+    )
     assert (result.reason, result.error_name, result.host_error) == ("threw", "already_settled", True)
-    result, _ = await invoke(rt, """
+    result, _ = await invoke(
+        rt,
+        """
 from sumi.runtime import HostError
 try:
     await batch.acknowledge("m1")
 except HostError as e:
     raise HostError(e.name, "copied")
-""", host)
+""",
+        host,
+    )
     assert (result.error_name, result.host_error) == ("already_settled", False)
 
 
@@ -99,8 +113,10 @@ def test_host_error_name_is_read_only() -> None:
 
 
 async def test_load_info_and_load_errors(rt: PyRuntime) -> None:  # WF-28
-    source = py_queue("pass") + "class ReportWorkflow:\n    async def run(self, event, step): pass\n" \
+    source = (
+        py_queue("pass") + "class ReportWorkflow:\n    async def run(self, event, step): pass\n"
         "class NoRun: pass\n_Hidden = ReportWorkflow\n"
+    )
     ctx = await rt.start_context(py(source), "worker.py")
     assert await ctx.load_info() == type(await ctx.load_info())(("queue",), ("ReportWorkflow",))
     await ctx.stop()
@@ -127,8 +143,7 @@ async def test_cpu_limit(rt: PyRuntime) -> None:  # QC-32
 
 
 async def test_heap_limit(rt: PyRuntime) -> None:  # QC-32
-    result, _ = await invoke(rt, "x = []\nwhile True:\n    x.append(bytearray(1 << 20))",
-                             limits=Limits(heap_mb=64))
+    result, _ = await invoke(rt, "x = []\nwhile True:\n    x.append(bytearray(1 << 20))", limits=Limits(heap_mb=64))
     assert (result.ok, result.reason) == (False, "heap_limit")
     result, _ = await invoke(rt, "await batch.acknowledge_all()")
     assert result.ok

@@ -50,15 +50,14 @@ class Form(Protocol):
     def check_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldError]:
         """Immutability rules of a PUT (new is already shape-valid)."""
 
-    def check_references(self, registry: Registry, spec: Mapping[str, Any],
-                         self_uid: str | None) -> Problem | None:
+    def check_references(self, registry: Registry, spec: Mapping[str, Any], self_uid: str | None) -> Problem | None:
         """References, uniqueness and graph rules against the Space (create and update)."""
 
     def check_delete(self, registry: Registry, resource: ResourceView) -> Problem | None:
         """Dependents that block a delete."""
 
     def completion(self, kind: str, registry: Registry, resource: ResourceView) -> str:
-        """"now" when an accepted create/update/delete takes effect in the control log itself;
+        """ "now" when an accepted create/update/delete takes effect in the control log itself;
         "await" when a service owning an outside effect must report it (operation.report)."""
 
     def initial_observed(self, spec: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -81,8 +80,7 @@ class BaseForm:
     def check_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldError]:
         return []
 
-    def check_references(self, registry: Registry, spec: Mapping[str, Any],
-                         self_uid: str | None) -> Problem | None:
+    def check_references(self, registry: Registry, spec: Mapping[str, Any], self_uid: str | None) -> Problem | None:
         return None
 
     def check_delete(self, registry: Registry, resource: ResourceView) -> Problem | None:
@@ -100,8 +98,10 @@ class BaseForm:
 
 # ---- shape helpers -------------------------------------------------------------------------
 
-def closed_object(value: Any, path: str, required: Iterable[str], optional: Iterable[str] = ()
-                  ) -> tuple[dict[str, Any], list[FieldError]]:
+
+def closed_object(
+    value: Any, path: str, required: Iterable[str], optional: Iterable[str] = ()
+) -> tuple[dict[str, Any], list[FieldError]]:
     """A JSON object with exactly the allowed keys; returns it and the errors found."""
     if not isinstance(value, dict):
         return {}, [FieldError(path or "/", "must be an object")]
@@ -129,8 +129,9 @@ def reference_shape(value: Any, path: str) -> list[FieldError]:
     return errors
 
 
-def resolve(registry: Registry, ref: Mapping[str, Any], expected_form: str, what: str
-            ) -> tuple[ResourceView | None, Problem | None]:
+def resolve(
+    registry: Registry, ref: Mapping[str, Any], expected_form: str, what: str
+) -> tuple[ResourceView | None, Problem | None]:
     """QC-14, QC-18, WF-2: the reference exists in this Space, has the exact Form, is not deleting.
 
     Another Space's Resource is simply not in this registry, so it reads as "not found",
@@ -139,19 +140,18 @@ def resolve(registry: Registry, ref: Mapping[str, Any], expected_form: str, what
     if target is None:
         return None, Problem("dependency_conflict", f"{what} {ref['resourceUid']}: not found")
     if target.form != expected_form:
-        return None, Problem("dependency_conflict",
-                             f"{what} {target.uid}: is a {target.form}, expected {expected_form}")
+        return None, Problem(
+            "dependency_conflict", f"{what} {target.uid}: is a {target.form}, expected {expected_form}"
+        )
     if target.state == "deleting":
         return None, Problem("dependency_conflict", f"{what} {target.uid}: is being deleted")
     return target, None
 
 
-def referencing(registry: Registry, uid: str, forms: Iterable[str] | None = None
-                ) -> list[ResourceView]:
+def referencing(registry: Registry, uid: str, forms: Iterable[str] | None = None) -> list[ResourceView]:
     """Every live Resource whose spec holds {"resourceUid": uid} anywhere."""
     wanted = set(forms) if forms is not None else None
-    return [r for r in registry.all()
-            if (wanted is None or r.form in wanted) and uid in _uids_in(r.spec)]
+    return [r for r in registry.all() if (wanted is None or r.form in wanted) and uid in _uids_in(r.spec)]
 
 
 def _uids_in(value: Any) -> set[str]:

@@ -41,9 +41,11 @@ class ModuleWorker(BaseForm):
         return []
 
     def check_delete(self, registry: Registry, resource: ResourceView) -> Problem | None:
-        users = referencing(registry, resource.uid,
-                            [WORKER_VERSION, WORKER_DEPLOYMENT, QUEUE_CONSUMER, DURABLE_WORKFLOW])
+        users = referencing(
+            registry, resource.uid, [WORKER_VERSION, WORKER_DEPLOYMENT, QUEUE_CONSUMER, DURABLE_WORKFLOW]
+        )
         if users:
-            return Problem("dependency_conflict",
-                           f"worker {resource.uid} is referenced by {users[0].form} {users[0].uid}")
+            return Problem(
+                "dependency_conflict", f"worker {resource.uid} is referenced by {users[0].form} {users[0].uid}"
+            )
         return None

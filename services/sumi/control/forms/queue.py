@@ -24,8 +24,7 @@ class AtLeastOnceQueue(BaseForm):
 
         users = referencing(registry, resource.uid, [QUEUE_CONSUMER])
         if users:
-            return Problem("dependency_conflict",
-                           f"queue {resource.uid} is referenced by QueueConsumer {users[0].uid}")
+            return Problem("dependency_conflict", f"queue {resource.uid} is referenced by QueueConsumer {users[0].uid}")
         return None
 
     def observed_initial(self, spec: Mapping[str, Any]) -> dict[str, Any]:

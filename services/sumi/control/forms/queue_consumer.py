@@ -50,11 +50,9 @@ class QueueConsumer(BaseForm):
 
     def check_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldError]:
         why = "is immutable: delete the Consumer and create a new one"
-        return [FieldError(f"/spec/{name}", why)
-                for name in IMMUTABLE if old.get(name) != new.get(name)]
+        return [FieldError(f"/spec/{name}", why) for name in IMMUTABLE if old.get(name) != new.get(name)]
 
-    def check_references(self, registry: Registry, spec: Mapping[str, Any],
-                         self_uid: str | None) -> Problem | None:
+    def check_references(self, registry: Registry, spec: Mapping[str, Any], self_uid: str | None) -> Problem | None:
         queue, problem = resolve(registry, spec["queue"], QUEUE, "queue")
         if problem:
             return problem
@@ -66,8 +64,11 @@ class QueueConsumer(BaseForm):
             if problem:
                 return problem
         assert queue is not None and worker is not None
-        return (_requires_queue_handler(worker) or _one_consumer(registry, queue.uid, self_uid)
-                or _no_dead_letter_cycle(registry, spec, self_uid))
+        return (
+            _requires_queue_handler(worker)
+            or _one_consumer(registry, queue.uid, self_uid)
+            or _no_dead_letter_cycle(registry, spec, self_uid)
+        )
 
     def completion(self, kind: str, registry: Registry, resource: ResourceView) -> str:
         # QC-42: only the engine can prove the stop boundary of a delete.
@@ -77,8 +78,7 @@ class QueueConsumer(BaseForm):
 def _requires_queue_handler(worker: ResourceView) -> Problem | None:
     # QC-16: ModuleWorker spec.handlers declares the entry points every Version provides.
     if "queue" not in (worker.spec.get("handlers") or []):
-        return Problem("dependency_conflict",
-                       f"worker {worker.uid}: does not declare the queue handler")
+        return Problem("dependency_conflict", f"worker {worker.uid}: does not declare the queue handler")
     return None
 
 
@@ -86,13 +86,11 @@ def _one_consumer(registry: Registry, queue_uid: str, self_uid: str | None) -> P
     # QC-17, QC-40, QC-48: a Consumer being deleted still holds its queue until it is gone.
     for other in consumers(registry):
         if other.uid != self_uid and other.spec["queue"]["resourceUid"] == queue_uid:
-            return Problem("dependency_conflict",
-                           f"queue {queue_uid}: already consumed by QueueConsumer {other.uid}")
+            return Problem("dependency_conflict", f"queue {queue_uid}: already consumed by QueueConsumer {other.uid}")
     return None
 
 
-def _no_dead_letter_cycle(registry: Registry, spec: Mapping[str, Any],
-                          self_uid: str | None) -> Problem | None:
+def _no_dead_letter_cycle(registry: Registry, spec: Mapping[str, Any], self_uid: str | None) -> Problem | None:
     # QC-19: edges consumed queue -> dead-letter queue over all Consumers, the candidate included.
     edges: dict[str, set[str]] = {}
     specs = [c.spec for c in consumers(registry) if c.uid != self_uid] + [spec]
@@ -105,11 +103,11 @@ def _no_dead_letter_cycle(registry: Registry, spec: Mapping[str, Any],
     if dlq is None:
         return None
     if dlq == start:
-        return Problem("dependency_conflict",
-                       f"deadLetterQueue {dlq}: is the queue this Consumer drains")
+        return Problem("dependency_conflict", f"deadLetterQueue {dlq}: is the queue this Consumer drains")
     if _reaches(edges, dlq, start):
-        return Problem("dependency_conflict",
-                       f"deadLetterQueue {dlq}: leads back to queue {start} (a dead-letter cycle)")
+        return Problem(
+            "dependency_conflict", f"deadLetterQueue {dlq}: leads back to queue {start} (a dead-letter cycle)"
+        )
     return None
 
 

@@ -32,9 +32,7 @@ from sumi.core.problems import FieldError, Problem
 MAX_ENTRIES = 10
 
 
-def version_fitness(
-    registry: Registry, version: ResourceView, worker: ResourceView
-) -> str | Problem:
+def version_fitness(registry: Registry, version: ResourceView, worker: ResourceView) -> str | Problem:
     """ "pending" while the Version verifies, "ok" when it can serve the worker, else why not.
 
     Pending verification is never taken as incompatibility (WF-6)."""
@@ -42,9 +40,7 @@ def version_fitness(
     if observed.get("verified") is not True:
         return "pending"
     if observed.get("loadError"):
-        return Problem(
-            "dependency_conflict", f"version {version.uid} does not load: {observed['loadError']}"
-        )
+        return Problem("dependency_conflict", f"version {version.uid} does not load: {observed['loadError']}")
     provided = set(observed.get("handlers") or ())
     missing = [h for h in worker.spec.get("handlers", []) if h not in provided]
     if missing:  # QC-16
@@ -77,9 +73,7 @@ def active_deployment(registry: Registry, worker_uid: str) -> ResourceView | Non
         (
             d
             for d in registry.all()
-            if d.form == WORKER_DEPLOYMENT
-            and worker_of(d.spec) == worker_uid
-            and d.state in ("active", "updating")
+            if d.form == WORKER_DEPLOYMENT and worker_of(d.spec) == worker_uid and d.state in ("active", "updating")
         ),
         None,
     )
@@ -132,9 +126,7 @@ class WorkerDeployment(BaseForm):
             return errors
         entries = spec["versions"]
         if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_ENTRIES:
-            return errors + [
-                FieldError("/spec/versions", f"must be an array of 1..{MAX_ENTRIES} entries")
-            ]
+            return errors + [FieldError("/spec/versions", f"must be an array of 1..{MAX_ENTRIES} entries")]
         seen: set[str] = set()
         total, sums = 0, True
         for i, entry in enumerate(entries):
@@ -167,9 +159,7 @@ class WorkerDeployment(BaseForm):
             return [FieldError("/spec/worker", "is immutable")]
         return []
 
-    def check_references(
-        self, registry: Registry, spec: Mapping[str, Any], self_uid: str | None
-    ) -> Problem | None:
+    def check_references(self, registry: Registry, spec: Mapping[str, Any], self_uid: str | None) -> Problem | None:
         worker, problem = resolve(registry, spec["worker"], MODULE_WORKER, "worker")
         if problem:
             return problem
@@ -178,9 +168,7 @@ class WorkerDeployment(BaseForm):
             (
                 d
                 for d in registry.all()
-                if d.form == WORKER_DEPLOYMENT
-                and d.uid != self_uid
-                and worker_of(d.spec) == worker.uid
+                if d.form == WORKER_DEPLOYMENT and d.uid != self_uid and worker_of(d.spec) == worker.uid
             ),
             None,
         )
@@ -197,8 +185,7 @@ class WorkerDeployment(BaseForm):
             if worker_of(version.spec) != worker.uid:
                 return Problem(
                     "dependency_conflict",
-                    f"version {uid} belongs to worker {worker_of(version.spec)}, "
-                    f"not to {worker.uid}",
+                    f"version {uid} belongs to worker {worker_of(version.spec)}, not to {worker.uid}",
                 )
             fitness = version_fitness(registry, version, worker)
             if isinstance(fitness, Problem):  # known to fail: before side effects (WF-5)

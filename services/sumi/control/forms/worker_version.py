@@ -161,9 +161,7 @@ class WorkerVersion(BaseForm):
         changed = [k for k in keys if _canonical(old.get(k)) != _canonical(new.get(k))]
         return [FieldError(f"/spec/{k}", "a WorkerVersion is immutable") for k in changed]
 
-    def check_references(
-        self, registry: Registry, spec: Mapping[str, Any], self_uid: str | None
-    ) -> Problem | None:
+    def check_references(self, registry: Registry, spec: Mapping[str, Any], self_uid: str | None) -> Problem | None:
         if self_uid is not None:
             return None  # an identical PUT (check_update): nothing new is referenced
         worker, problem = resolve(registry, spec["worker"], MODULE_WORKER, "worker")
@@ -181,13 +179,9 @@ class WorkerVersion(BaseForm):
             if PurePosixPath(m["name"]).suffix not in allowed
         ]
         if wrong:
-            return Problem(
-                "invalid_spec", f"the modules do not fit worker {worker.uid}'s runtime", wrong
-            )
+            return Problem("invalid_spec", f"the modules do not fit worker {worker.uid}'s runtime", wrong)
         for binding in spec.get("queueBindings", []):
-            _, problem = resolve(
-                registry, binding["queue"], QUEUE, f"queue of binding {binding['name']}"
-            )
+            _, problem = resolve(registry, binding["queue"], QUEUE, f"queue of binding {binding['name']}")
             if problem:
                 return problem
         for binding in spec.get("workflowBindings", []):
