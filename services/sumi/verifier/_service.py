@@ -31,7 +31,7 @@ from sumi.core.topics import partition_for
 from sumi.runtime import JsRuntime, Limits, Module, PyRuntime
 from sumi.runtime.types import LoadInfo
 
-log = logging.getLogger("sumi.runtime.verifier")
+log = logging.getLogger("sumi.verifier")
 PRINCIPAL = "sumi-verifier"
 VERIFY_LIMITS = Limits(cpu_ms=10_000, heap_mb=128)
 VERIFY_TIMEOUT = 30.0  # seconds for start + load_info, whatever the module does at top level

@@ -5,7 +5,6 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -46,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bootstrap":
         return _bootstrap_only()
     if args.command == "deploy":
-        from sumi.deploy import deploy as run_deploy
+        from sumi.cli.deploy import deploy as run_deploy
 
         return run_deploy(args)
     if args.command == "replay":
@@ -65,7 +64,7 @@ SERVICE_ENTRIES = {
     "control": "sumi.control._processor",
     "projections": "sumi_projections",
     "gateway": "sumi.gateway",
-    "verifier": "sumi.runtime.verifier",
+    "verifier": "sumi.verifier",
     "queue": "sumi.queue.engine",
 }
 
@@ -158,7 +157,3 @@ def _wait_for_signal() -> None:
         signal.signal(sig, lambda s, f: got.append(s))
     while not got:
         time.sleep(0.2)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
