@@ -221,9 +221,9 @@ class QueuePurged:
     at: int
 
 
-Record = (
-    CommandSubmitted
-    | CommandDecided
+# What the control processor writes to the control topic (a decision's records).
+ControlRecord = (
+    CommandDecided
     | SpaceCreated
     | SpaceDeleted
     | TokenIssued
@@ -235,6 +235,11 @@ Record = (
     | ResourceDeleted
     | OperationStarted
     | OperationStateChanged
+)
+
+Record = (
+    CommandSubmitted
+    | ControlRecord
     | MessageAccepted
     | BatchDelivered
     | MessagesAcknowledged

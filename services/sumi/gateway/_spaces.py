@@ -5,10 +5,11 @@ import re
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from sumi.core import commands as c
 from sumi.core.problems import Problem
 from sumi.gateway._auth import authenticate, authorize, require_admin
 from sumi.gateway._backend import backend
-from sumi.gateway._commands import Command, submit
+from sumi.gateway._commands import Submission, submit
 from sumi.gateway._json import read_object, require
 from sumi.gateway._routing import route
 from sumi.gateway._views import rfc3339
@@ -28,7 +29,7 @@ async def create_space(request: Request) -> Response:
     require_admin(caller)
     body = await read_object(request, {"name"})
     name = check_name(body["name"], "name")
-    return await submit(request, caller, Command("space.create", name, name, {"name": name}))
+    return await submit(request, caller, Submission(c.SpaceCreate(name=name), name, name))
 
 
 async def list_spaces(request: Request) -> Response:
@@ -51,7 +52,7 @@ async def delete_space(request: Request) -> Response:
     # Visibility first: without a role the Space is 404, with a role but not admin 403.
     caller = await authorize(request, name)
     require_admin(caller)
-    return await submit(request, caller, Command("space.delete", name, name, {"name": name}))
+    return await submit(request, caller, Submission(c.SpaceDelete(name=name), name, name))
 
 
 routes = [
