@@ -237,10 +237,9 @@ ControlRecord = (
     | OperationStateChanged
 )
 
-Record = (
-    CommandSubmitted
-    | ControlRecord
-    | MessageAccepted
+# What goes on the queue topic (acceptances by the gateway and a handler's sends; the engine's decisions).
+QueueRecord = (
+    MessageAccepted
     | BatchDelivered
     | MessagesAcknowledged
     | MessageRetryScheduled
@@ -249,6 +248,8 @@ Record = (
     | BatchEnded
     | QueuePurged
 )
+
+Record = CommandSubmitted | ControlRecord | QueueRecord
 
 RECORD_TYPES: dict[str, type] = {
     cls.__name__: cls
