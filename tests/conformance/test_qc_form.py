@@ -4,7 +4,8 @@ import uuid
 from typing import Any
 
 import pytest
-from _kit import CONSUMER, QUEUE, Api, api, assert_problem, auth, client  # noqa: F401
+
+from tests.conformance.kit import CONSUMER, QUEUE, Api, assert_problem, auth
 
 pytestmark = pytest.mark.integration
 

@@ -224,20 +224,3 @@ class Api:
             if time.monotonic() > deadline:
                 raise AssertionError(f"only {len(seen)} of {count} deliveries reported: {seen}")
             await asyncio.sleep(0.1)
-
-
-# ---- fixtures (imported by the test modules; a conftest.py here would shadow tests/conftest.py
-# for modules that `from conftest import …`) -----------------------------------------------------
-
-import pytest  # noqa: E402
-
-
-@pytest.fixture
-async def client(host: Any) -> Any:
-    async with httpx.AsyncClient(base_url=host.url, timeout=60) as c:
-        yield c
-
-
-@pytest.fixture
-async def api(client: httpx.AsyncClient, space: Any) -> Api:
-    return Api(client, space)

@@ -2,11 +2,10 @@
 
 from typing import Any
 
-from decisions_kit import NOW, command, problem, reply, run
-
 from sumi.control import ControlState, decide, evolve
 from sumi.control.forms.names import MODULE_WORKER, QUEUE
 from sumi.core import records as r
+from tests.decisions_kit import NOW, command, problem, reply, run
 
 
 def cmd(
