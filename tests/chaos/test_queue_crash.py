@@ -19,7 +19,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from sumi.core import codec
 from sumi.core import records as r
-from tests.conformance.kit import Api, b64
+from tests.conformance.kit import Api
+from tests.httpkit import b64
 
 pytestmark = pytest.mark.integration
 

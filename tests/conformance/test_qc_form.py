@@ -5,7 +5,8 @@ from typing import Any
 
 import pytest
 
-from tests.conformance.kit import CONSUMER, QUEUE, Api, assert_problem, auth
+from tests.conformance.kit import Api
+from tests.httpkit import CONSUMER, QUEUE, assert_problem, auth
 
 pytestmark = pytest.mark.integration
 

@@ -72,8 +72,13 @@ def test_golden_records_of_earlier_builds_still_decode() -> None:
 
 
 def test_unknown_fingerprint_is_refused() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown schema fingerprint 0000000000000000"):
         codec.decode(b"\xc3\x01" + b"\x00" * 8 + b"\x00")
+
+
+def test_bytes_without_the_single_object_marker_are_refused() -> None:
+    with pytest.raises(ValueError, match="not an Avro single-object encoded record"):
+        codec.decode(b'{"json": "is not Avro"}')
 
 
 if __name__ == "__main__":
