@@ -1,10 +1,9 @@
 """Spaces (host-api.md section 1): create and delete by admins, list by anyone."""
 
-import re
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from sumi.control.forms._base import NAME_PATTERN, NAME_RE
 from sumi.core.problems import Problem
 from sumi.gateway._auth import authenticate, authorize, require_admin
 from sumi.gateway._backend import backend
@@ -13,13 +12,11 @@ from sumi.gateway._json import read_object, require
 from sumi.gateway._routing import route
 from sumi.gateway._views import rfc3339
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-
 
 def check_name(value: object, what: str) -> str:
     require(isinstance(value, str), f"{what} must be a string")
     if not NAME_RE.match(str(value)):
-        raise Problem("invalid_request", f"{what} must match {NAME_RE.pattern}")
+        raise Problem("invalid_request", f"{what} must match {NAME_PATTERN}")
     return str(value)
 
 
