@@ -5,6 +5,7 @@ from starlette.responses import JSONResponse, Response
 
 from sumi.control.forms._base import NAME_PATTERN, NAME_RE
 from sumi.core.problems import Problem
+from sumi.gateway import _reads as reads
 from sumi.gateway._auth import authenticate, authorize, require_admin
 from sumi.gateway._backend import backend
 from sumi.gateway._commands import Command, submit
@@ -30,15 +31,7 @@ async def create_space(request: Request) -> Response:
 
 async def list_spaces(request: Request) -> Response:
     caller = await authenticate(request)
-    db = backend(request)
-    if caller.admin:
-        rows = await db.fetchall("SELECT name, 'admin' AS role, created_at FROM spaces ORDER BY name")
-    else:
-        rows = await db.fetchall(
-            "SELECT s.name, g.role, s.created_at FROM spaces s JOIN grants g ON g.space = s.name "
-            "WHERE g.principal = %s ORDER BY s.name",
-            (caller.principal,),
-        )
+    rows = await reads.spaces(backend(request), None if caller.admin else caller.principal)
     items = [{"name": r["name"], "role": r["role"], "createdAt": rfc3339(r["created_at"])} for r in rows]
     return JSONResponse({"items": items})
 

@@ -1,4 +1,4 @@
-"""QueueConsumer 0.3.0 Form rules (pure, through the control decisions; no broker)."""
+"""QueueConsumer 0.3.0 Form rules (sumi.control.forms.queue_consumer), through the control decisions; no broker."""
 
 from typing import Any
 
