@@ -58,3 +58,16 @@ def running_host(settings: Settings) -> Iterator[Host]:
         yield host
     finally:
         host.supervisor.stop()
+
+
+@dataclass
+class SpaceFixture:
+    """A Space of a test's own, with an editor's and a viewer's token."""
+
+    name: str
+    editor_token: str
+    viewer_token: str
+
+    def __iter__(self) -> Iterator[str]:
+        """Unpacks as (name, editor_token, viewer_token)."""
+        return iter((self.name, self.editor_token, self.viewer_token))
