@@ -34,6 +34,9 @@ SAMPLES = [
     r.MessageDiscarded("res_1", "msg_3", "retention", 18),
     r.BatchEnded("res_1", "res_2", "bat_1", "threw", 19, "Error: boom"),
     r.QueuePurged("res_1", 20),
+    r.RecordQuarantined(
+        "control", "sumi.commands", 2, 41, "unknown_schema", "fingerprint 00", 21, b"\xc3\x01", b"demo"
+    ),
 ]
 
 
@@ -78,7 +81,7 @@ def test_unknown_fingerprint_is_refused() -> None:
 
 if __name__ == "__main__":
     FIXTURES.mkdir(parents=True, exist_ok=True)
-    for i, s in enumerate(SAMPLES):
+    for s in SAMPLES:
         name = type(s).__name__
         (FIXTURES / f"{name}.1.bin").write_bytes(codec.encode(s))
         d = {
