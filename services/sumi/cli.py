@@ -51,11 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "replay":
         from sumi.audit import replay_and_compare
 
-        differences = asyncio.run(replay_and_compare(Settings.from_env(), args.timeout))
-        for line in differences:
+        audit = asyncio.run(replay_and_compare(Settings.from_env(), args.timeout))
+        for line in audit.lines():
             print(line)
-        print("replay: identical" if not differences else f"replay: {len(differences)} differences")
-        return 0 if not differences else 1
+        verdict = "identical" if not audit.differences else f"{len(audit.differences)} differences"
+        print(f"replay: {verdict}; {len(audit.quarantined)} records quarantined")
+        return 0 if not audit.differences else 1
     return 2
 
 

@@ -1,6 +1,7 @@
 """Service endpoints (host-api.md section 7): liveness, readiness, metrics."""
 
 import asyncio
+import logging
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
@@ -14,6 +15,7 @@ from sumi.gateway._problems import problem_response
 from sumi.gateway._routing import route
 
 READY_TIMEOUT = 2.0
+log = logging.getLogger(__name__)
 
 
 async def healthz(request: Request) -> Response:
@@ -36,6 +38,17 @@ async def readyz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     # Not among the contract's open endpoints (section 1): a scraper sends a bearer token.
     await authenticate(request)
+    try:
+        rows = await asyncio.wait_for(
+            backend(request).fetchall(
+                "SELECT processor, source_topic, reason, count(*) AS n FROM quarantined GROUP BY 1, 2, 3"
+            ),
+            READY_TIMEOUT,
+        )
+    except Exception as exc:  # Postgres down: the scrape still answers, with the counts it last read
+        log.warning("/metrics: quarantine counts not read: %r", exc)
+    else:
+        request.app.state.metrics.set_quarantined(rows)
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

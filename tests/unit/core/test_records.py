@@ -34,6 +34,9 @@ SAMPLES = [
     r.MessageDiscarded("res_1", "msg_3", "retention", 18),
     r.BatchEnded("res_1", "res_2", "bat_1", "threw", 19, "Error: boom"),
     r.QueuePurged("res_1", 20),
+    r.RecordQuarantined(
+        "control", "sumi.commands", 2, 41, "unknown_schema", "fingerprint 00", 21, b"\xc3\x01", b"demo"
+    ),
 ]
 
 
