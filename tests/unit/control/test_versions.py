@@ -715,7 +715,7 @@ def _created(uid: str, worker_uid: str, modules: dict[str, str], main: str) -> r
 
 async def test_verifier_reports_exports_and_failures() -> None:
     from sumi.core.config import Settings
-    from sumi.runtime.verifier import Verifier
+    from sumi.verifier import Verifier
 
     verifier = Verifier(Settings("127.0.0.1:1", "postgresql://x"))
     try:

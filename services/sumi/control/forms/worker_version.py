@@ -1,7 +1,7 @@
 """WorkerVersion 0.5.0 (forms.md): one immutable upload of a worker's code and environment.
 
 The create is accepted here and then awaited: the verifier service
-(`sumi.runtime.verifier`) loads the main module once in a sandbox and reports
+(`sumi.verifier`) loads the main module once in a sandbox and reports
 what it exports with `operation.report`. Until then the Version is "verifying":
 state `creating`, observed `{"verified": false}`.
 """

@@ -5,7 +5,6 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 from pathlib import Path
 
 from sumi.core.config import Settings
@@ -45,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bootstrap":
         return _bootstrap_only()
     if args.command == "deploy":
-        from sumi.deploy import deploy as run_deploy
+        from sumi.cli.deploy import deploy as run_deploy
 
         return run_deploy(args)
     if args.command == "replay":
@@ -65,7 +64,7 @@ SERVICE_ENTRIES = {
     "control": "sumi.control._processor",
     "projections": "sumi_projections",
     "gateway": "sumi.gateway",
-    "verifier": "sumi.runtime.verifier",
+    "verifier": "sumi.verifier",
     "queue": "sumi.queue.engine",
 }
 
@@ -117,7 +116,3 @@ def _up() -> int:
     from sumi._up import up
 
     return up()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
