@@ -8,12 +8,12 @@ from pathlib import Path
 
 import psycopg
 from aiokafka import AIOKafkaProducer
-from sumi_projections import migrate
 
 from sumi.core import codec, ids
 from sumi.core.commands import TokenCreate, submitted
 from sumi.core.config import Settings
 from sumi.core.topics import ADMIN_KEY, ensure_topics, partition_for
+from sumi_projections import migrate
 
 
 async def prepare(settings: Settings) -> None:

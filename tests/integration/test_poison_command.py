@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import psycopg
 from aiokafka import AIOKafkaProducer
-from hostkit import Host
 
 from sumi.control.forms.names import QUEUE
 from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.topics import partition_for
+from tests.hostkit import Host
 
 BAD = {
     "not-json": ("space.create", "\x00\xff{ this is not JSON"),

@@ -6,7 +6,8 @@ from sumi.control._decide import decide
 from sumi.control.state import ControlState, evolve
 from sumi.core import records as r
 from sumi.core.config import Settings
-from sumi.core.runner import Out, TransactionalRunner
+from sumi.core.kafka import Out
+from sumi.core.runner import TransactionalRunner
 from sumi.core.topics import ADMIN_KEY
 
 

@@ -221,6 +221,19 @@ class QueuePurged:
     at: int
 
 
+@dataclass(frozen=True)
+class RecordQuarantined:
+    processor: str
+    sourceTopic: str
+    partition: int
+    offset: int
+    reason: str
+    detail: str
+    at: int
+    value: bytes | None = None
+    key: bytes | None = None
+
+
 # What the control processor writes to the control topic (a decision's records).
 ControlRecord = (
     CommandDecided
@@ -249,7 +262,7 @@ QueueRecord = (
     | QueuePurged
 )
 
-Record = CommandSubmitted | ControlRecord | QueueRecord
+Record = CommandSubmitted | ControlRecord | QueueRecord | RecordQuarantined
 
 RECORD_TYPES: dict[str, type] = {
     cls.__name__: cls
@@ -275,5 +288,6 @@ RECORD_TYPES: dict[str, type] = {
         MessageDiscarded,
         BatchEnded,
         QueuePurged,
+        RecordQuarantined,
     )
 }

@@ -4,9 +4,10 @@ It reads the control log (consumer group `<prefix>-verifier`, read_committed).
 For each `ResourceCreated` of a WorkerVersion it starts a context in the
 worker's runtime, asks `load_info()`, stops the context, and sends
 `operation.report` for the Version's create Operation to the commands topic
-(keyed and partitioned by the Space, like every command). Offsets are committed
-only after the report is durably sent: at-least-once, which is harmless because
-a report for an Operation that has already ended changes nothing.
+(keyed and partitioned by the Space, like every command). The report and the
+group offset past its record commit in one Kafka transaction (sumi.core.kafka).
+A new record that does not decode, or whose fold or verification raises, is
+quarantined the same way (with its offset) and the verifier goes on.
 
 The worker's runtime and declared handlers come from the public control fold
 (`sumi.control.state`) of the same log (same Space, same partition, earlier). So that a restart knows
@@ -17,18 +18,18 @@ before the committed offset are only folded, never verified again.
 import asyncio
 import json
 import logging
+import time
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from sumi.control.forms.names import MODULE_WORKER, WORKER_VERSION
 from sumi.control.state import ControlState, evolve
-from sumi.core import codec
+from sumi.core import kafka
 from sumi.core import records as r
 from sumi.core.commands import OperationReport, submitted
 from sumi.core.config import Settings
 from sumi.core.problems import FieldError, Problem
-from sumi.core.topics import partition_for
 from sumi.runtime import JsRuntime, Limits, Module, PyRuntime
 from sumi.runtime.types import LoadInfo
 
@@ -146,23 +147,13 @@ class Verifier:
     # ---- the loop -----------------------------------------------------------------------
 
     async def run(self) -> None:
-        import time
-
         settings = self.settings
         group = f"{settings.topic_prefix}-verifier"
-        producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap,
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=1,
-        )
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=settings.kafka_bootstrap,
-            group_id=group,
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-        )
+        quarantine = kafka.Quarantine(settings, "verifier")
+        # Transactional: a report (or a quarantined record) and the offset past its record commit
+        # together, and a restarted verifier fences the one it replaces.
+        producer = kafka.new_producer(settings, f"{settings.topic_prefix}-verifier-0", linger_ms=1)
+        consumer = kafka.new_consumer(settings, group)
         await producer.start()
         await consumer.start()
         try:
@@ -171,27 +162,33 @@ class Verifier:
                 batch = await consumer.getmany(timeout_ms=500, max_records=500)
                 for tp, messages in batch.items():
                     for message in messages:
-                        record = codec.decode(message.value)
-                        self.fold(record)
-                        if not (isinstance(record, r.ResourceCreated) and record.form == WORKER_VERSION):
-                            continue
-                        if message.offset < self.act_from.get(tp, 0):
-                            continue  # verified and reported before a restart
-                        payload = await self.verify(record)
-                        cmd = self.command(record.space, payload, int(time.time() * 1000))
-                        await producer.send_and_wait(
-                            settings.topic("commands"),
-                            codec.encode(cmd),
-                            key=record.space.encode(),
-                            partition=partition_for(record.space, settings.partitions),
-                        )
-                        await consumer.commit({tp: message.offset + 1})
-                        self.act_from[tp] = message.offset + 1
-                        log.info("verified %s (%s): %s", record.uid, record.name, payload.outcome)
+                        new = message.offset >= self.act_from.get(tp, 0)
+                        outs = await self._handle(message, new, quarantine)
+                        if new and outs:
+                            await kafka.commit(producer, outs, settings.partitions, {tp: message.offset + 1}, group)
+                            self.act_from[tp] = message.offset + 1
         finally:
             await consumer.stop()
             await producer.stop()
             await self.close()
+
+    async def _handle(self, message: Any, new: bool, quarantine: kafka.Quarantine) -> list[kafka.Out]:
+        """Fold one control record; for a new WorkerVersion, its report. A record that does not
+        decode, or whose fold or verification raises, is quarantined (when new) and skipped."""
+        record = kafka.decode(message.value)
+        if isinstance(record, kafka.Rejected):
+            return [quarantine.out(message, record)] if new else []
+        try:
+            self.fold(record)
+            if not (new and isinstance(record, r.ResourceCreated) and record.form == WORKER_VERSION):
+                return []
+            payload = await self.verify(record)
+        except Exception as exc:
+            log.exception("verifier skips %s[%d]@%d", message.topic, message.partition, message.offset)
+            return [quarantine.out(message, kafka.failed(exc))] if new else []
+        cmd = self.command(record.space, payload, int(time.time() * 1000))
+        log.info("verified %s (%s): %s", record.uid, record.name, payload.outcome)
+        return [kafka.Out(self.settings.topic("commands"), record.space, cmd)]
 
 
 class _FromBeginning(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -30,7 +30,7 @@ from sumi.control.forms.names import (
 from sumi.core.canonical import canonical
 from sumi.core.problems import FieldError, Problem
 
-BINDING_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+BINDING_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")  # \Z, not $: see _base.NAME_RE
 MAX_MODULES_BYTES = 10 * 1024 * 1024
 MAX_MODULE_NAME = 256
 EXTENSIONS = {"javascript": (".js", ".mjs"), "python": (".py",)}

@@ -4,7 +4,6 @@ import json
 from typing import Any
 
 import pytest
-from decisions_kit import NOW, command, problem, reply, run
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +14,7 @@ from sumi.core import commands as c
 from sumi.core import records as r
 from sumi.core.canonical import canonical
 from sumi.core.problems import STATUS, Problem
+from tests.decisions_kit import NOW, command, problem, reply, run
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
