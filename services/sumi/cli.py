@@ -82,7 +82,10 @@ def _serve(service: str) -> int:
 
         from sumi.gateway import create_app
 
-        # uvicorn stops gracefully on SIGINT and SIGTERM; a closed terminal (SIGHUP) means the same.
+        # uvicorn stops gracefully on SIGINT and SIGTERM, then raises the signal again with the handler
+        # it found: a no-op one, so a stop exits 0. A closed terminal (SIGHUP) means the same.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda s, f: None)
         signal.signal(signal.SIGHUP, lambda s, f: signal.raise_signal(signal.SIGTERM))
         uvicorn.run(create_app(settings), host=settings.http_host, port=settings.http_port, log_level="warning")
         return 0
