@@ -5,7 +5,6 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 from pathlib import Path
 
 from sumi.core.config import Settings
@@ -45,17 +44,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bootstrap":
         return _bootstrap_only()
     if args.command == "deploy":
-        from sumi.deploy import deploy as run_deploy
+        from sumi.cli.deploy import deploy as run_deploy
 
         return run_deploy(args)
     if args.command == "replay":
         from sumi.audit import replay_and_compare
 
-        differences = asyncio.run(replay_and_compare(Settings.from_env(), args.timeout))
-        for line in differences:
+        audit = asyncio.run(replay_and_compare(Settings.from_env(), args.timeout))
+        for line in audit.lines():
             print(line)
-        print("replay: identical" if not differences else f"replay: {len(differences)} differences")
-        return 0 if not differences else 1
+        verdict = "identical" if not audit.differences else f"{len(audit.differences)} differences"
+        print(f"replay: {verdict}; {len(audit.quarantined)} records quarantined")
+        return 0 if not audit.differences else 1
     return 2
 
 
@@ -64,7 +64,7 @@ SERVICE_ENTRIES = {
     "control": "sumi.control._processor",
     "projections": "sumi_projections",
     "gateway": "sumi.gateway",
-    "verifier": "sumi.runtime.verifier",
+    "verifier": "sumi.verifier",
     "queue": "sumi.queue.engine",
 }
 
@@ -124,7 +124,3 @@ def _up() -> int:
     from sumi._up import up
 
     return up()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
