@@ -9,15 +9,16 @@ isolate by a topic prefix and database schema per Host and a Space per test.
 import os
 from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
 from hypothesis import settings as hypothesis_settings
+
+from sumi.infra import KafkaBroker, PostgresServer
+from tests.hostkit import Host, SpaceFixture, new_settings, new_space, running_host
 
 # Properties, not timings: a loaded 2-core CI machine must not fail a test by its clock.
 hypothesis_settings.register_profile("sumi", deadline=None)
 hypothesis_settings.load_profile("sumi")
-from hostkit import Host, SpaceFixture, new_settings, new_space, running_host
-
-from sumi.infra import KafkaBroker, PostgresServer
 
 
 def _docker_reachable() -> bool:
@@ -67,3 +68,10 @@ def host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
 @pytest.fixture
 async def space(host: Host) -> AsyncIterator[SpaceFixture]:
     yield await new_space(host)
+
+
+@pytest.fixture
+async def client(host: Host) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client on the session's Host."""
+    async with httpx.AsyncClient(base_url=host.url, timeout=60) as c:
+        yield c

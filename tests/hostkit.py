@@ -64,12 +64,14 @@ def running_host(settings: Settings) -> Iterator[Host]:
 
 @dataclass
 class SpaceFixture:
+    """A Space of a test's own, with an editor's and a viewer's token."""
+
     name: str
     editor_token: str
     viewer_token: str
 
-    # Unpacks as (name, editor_token, viewer_token).
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[str]:
+        """Unpacks as (name, editor_token, viewer_token)."""
         return iter((self.name, self.editor_token, self.viewer_token))
 
 

@@ -11,11 +11,11 @@ import dataclasses
 import time
 
 import psycopg
-from sumi_projections import drop, migrate, runners
-from sumi_projections._runner import Collected
 
 from sumi.core import records as r
 from sumi.core.config import Settings
+from sumi_projections import drop, migrate, runners
+from sumi_projections._runner import Collected
 
 SKIP = {"projection_offsets", "projection_status", "schema_version"}
 

@@ -19,12 +19,12 @@ from typing import Any
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from conformance._kit import Api
-from hostkit import Host, new_settings, new_space, running_host
 
 from sumi.audit import replay_and_compare
 from sumi.core import codec
 from sumi.core import records as r
+from tests.conformance.kit import Api
+from tests.hostkit import Host, new_settings, new_space, running_host
 
 ACK_JS = """
 export default {

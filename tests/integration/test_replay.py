@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from hostkit import Host, new_settings, running_host
-from sumi_projections import drop, migrate
 
 from sumi.audit import replay_and_compare
+from sumi_projections import drop, migrate
+from tests.hostkit import Host, new_settings, running_host
 
 QUEUE = "https://edge.forms.takoform.com/forms/AtLeastOnceQueue/0.2.0/"
 

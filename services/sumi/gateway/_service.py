@@ -9,6 +9,7 @@ from starlette.responses import JSONResponse, Response
 
 from sumi.core import kafka
 from sumi.core.problems import Problem
+from sumi.gateway import _reads as reads
 from sumi.gateway._auth import authenticate
 from sumi.gateway._backend import backend
 from sumi.gateway._problems import problem_response
@@ -26,14 +27,8 @@ async def readyz(request: Request) -> Response:
     db = backend(request)
     try:
         # Postgres up and migrated, and every projection at the end of its topic within 5 s.
-        row = await asyncio.wait_for(
-            db.fetchone(
-                "SELECT count(*) AS n, count(*) FILTER (WHERE caught_up_at < now() - interval '5 seconds') "
-                "AS stale FROM projection_status"
-            ),
-            READY_TIMEOUT,
-        )
-        if not row or row["n"] == 0 or row["stale"]:
+        row = await asyncio.wait_for(reads.projections_status(db), READY_TIMEOUT)
+        if row["n"] == 0 or row["stale"]:
             raise RuntimeError("projections are not caught up")
         await asyncio.wait_for(kafka.reachable(db.producer), READY_TIMEOUT)
     except Exception as exc:  # readiness answers, whatever broke; it never raises

@@ -96,8 +96,7 @@ class Engine:
         )
 
     def consumer(self, uid: str) -> Consumer | None:
-        res = self.control.resources.get(uid)
-        return Consumer.of(res) if res is not None else None
+        return self.control.consumer(uid)
 
     def servable(self, key: Key) -> bool:
         """Whether a warm context of (Consumer, Version) may serve another batch."""
@@ -195,7 +194,7 @@ class Engine:
         self.emit(
             [
                 self.command(
-                    "operation.report", op.space, {"operationId": op.id, "outcome": "succeeded", "effect": "complete"}
+                    "operation.report", c.space, {"operationId": op.id, "outcome": "succeeded", "effect": "complete"}
                 )
             ]
         )
@@ -212,7 +211,7 @@ class Engine:
                 [
                     self.command(
                         "operation.report",
-                        op.space,
+                        c.space,
                         {
                             "operationId": op.id,
                             "outcome": "reconciling",
@@ -242,8 +241,8 @@ class Engine:
             "workerExists": worker is not None,
             "consumerAttached": queue is not None and worker is not None,
         }
-        res = self.control.resources[c.uid]
-        if observed == self.observed_sent.get(c.uid) or observed == res.observed:
+        res = self.control.resource(c.uid)
+        if observed == self.observed_sent.get(c.uid) or res is None or observed == res.observed:
             return
         self.observed_sent[c.uid] = observed
         self.emit([self.command("resource.observe", c.space, {"uid": c.uid, "observed": observed})])

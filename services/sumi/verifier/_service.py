@@ -9,8 +9,8 @@ group offset past its record commit in one Kafka transaction (sumi.core.kafka).
 A new record that does not decode, or whose fold or verification raises, is
 quarantined the same way (with its offset) and the verifier goes on.
 
-The worker's runtime and declared handlers come from the ModuleWorker records of
-the same log (same Space, same partition, earlier). So that a restart knows
+The worker's runtime and declared handlers come from the public control fold
+(`sumi.control.state`) of the same log (same Space, same partition, earlier). So that a restart knows
 every worker, each assigned partition is read from its beginning; Versions
 before the committed offset are only folded, never verified again.
 """
@@ -19,12 +19,12 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from sumi.control.forms.names import MODULE_WORKER, WORKER_VERSION
+from sumi.control.state import ControlState, evolve
 from sumi.core import kafka
 from sumi.core import records as r
 from sumi.core.config import Settings
@@ -32,36 +32,28 @@ from sumi.core.problems import FieldError, Problem
 from sumi.runtime import JsRuntime, Limits, Module, PyRuntime
 from sumi.runtime.types import LoadInfo
 
-log = logging.getLogger("sumi.runtime.verifier")
+log = logging.getLogger("sumi.verifier")
 PRINCIPAL = "sumi-verifier"
 VERIFY_LIMITS = Limits(cpu_ms=10_000, heap_mb=128)
 VERIFY_TIMEOUT = 30.0  # seconds for start + load_info, whatever the module does at top level
 
 
-@dataclass
-class Worker:
-    runtime: str
-    handlers: tuple[str, ...]
-
-
 class Verifier:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.workers: dict[str, Worker] = {}
+        self.control = ControlState()
         self.act_from: dict[TopicPartition, int] = {}
         self._runtimes: dict[str, Any] = {}
 
     # ---- the fold -----------------------------------------------------------------------
 
-    def fold(self, record: Any) -> None:
-        if isinstance(record, r.ResourceCreated) and record.form == MODULE_WORKER:
-            spec = json.loads(record.spec)
-            self.workers[record.uid] = Worker(spec.get("runtime", "javascript"), tuple(spec.get("handlers", ())))
-        elif isinstance(record, r.ResourceUpdated) and record.uid in self.workers:
-            spec = json.loads(record.spec)
-            self.workers[record.uid] = Worker(spec.get("runtime", "javascript"), tuple(spec.get("handlers", ())))
-        elif isinstance(record, r.ResourceDeleted):
-            self.workers.pop(record.uid, None)
+    def fold(self, record: r.Record) -> None:
+        evolve(self.control, record)
+
+    def reset(self) -> None:
+        """A new assignment is folded afresh from the beginning of its partitions."""
+        self.control = ControlState()
+        self.act_from.clear()
 
     # ---- verification -------------------------------------------------------------------
 
@@ -101,9 +93,9 @@ class Verifier:
     async def verify(self, record: r.ResourceCreated) -> dict[str, Any]:
         """The operation.report payload for one Version's create Operation."""
         spec = json.loads(record.spec)
-        worker = self.workers.get(spec["worker"]["resourceUid"])
+        worker = self.control.resource(spec["worker"]["resourceUid"])
         report: dict[str, Any] = {"operationId": record.operationId}
-        if worker is None:
+        if worker is None or worker.form != MODULE_WORKER:
             problem = Problem("dependency_conflict", f"worker {spec['worker']['resourceUid']}: not found")
             return {
                 **report,
@@ -112,7 +104,7 @@ class Verifier:
                 "error": problem.to_json(),
             }
         modules = [Module(m["name"], m["content"]) for m in spec["modules"]]
-        info = await self.load(worker.runtime, modules, spec["mainModule"])
+        info = await self.load(str(worker.spec.get("runtime", "javascript")), modules, spec["mainModule"])
         if info.load_error is not None:
             problem = Problem(
                 "invalid_spec",
@@ -130,7 +122,7 @@ class Verifier:
             "handlers": list(info.handlers),
             "workflowClasses": list(info.workflow_classes),
         }
-        missing = [h for h in worker.handlers if h not in info.handlers]
+        missing = [h for h in worker.spec.get("handlers", ()) if h not in info.handlers]
         if missing:  # QC-16: the worker declares it, so every Version must provide it
             problem = Problem(
                 "invalid_spec",
@@ -216,8 +208,7 @@ class _FromBeginning(ConsumerRebalanceListener):  # type: ignore[misc]
         pass
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        self.verifier.workers.clear()
-        self.verifier.act_from.clear()
+        self.verifier.reset()
         tps = list(assigned)
         for tp in tps:
             self.verifier.act_from[tp] = await self.consumer.committed(tp) or 0
