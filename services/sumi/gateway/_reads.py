@@ -158,3 +158,8 @@ async def projections_status(db: Backend) -> Row:
     )
     assert row is not None  # an aggregate without GROUP BY is always one row
     return row
+
+
+async def quarantine_counts(db: Backend) -> list[Row]:
+    """How many records each processor set aside, by source topic and reason (for /metrics)."""
+    return await db.fetchall("SELECT processor, source_topic, reason, count(*) AS n FROM quarantined GROUP BY 1, 2, 3")

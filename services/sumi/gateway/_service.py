@@ -40,12 +40,7 @@ async def metrics(request: Request) -> Response:
     # Not among the contract's open endpoints (section 1): a scraper sends a bearer token.
     await authenticate(request)
     try:
-        rows = await asyncio.wait_for(
-            backend(request).fetchall(
-                "SELECT processor, source_topic, reason, count(*) AS n FROM quarantined GROUP BY 1, 2, 3"
-            ),
-            READY_TIMEOUT,
-        )
+        rows = await asyncio.wait_for(reads.quarantine_counts(backend(request)), READY_TIMEOUT)
     except Exception as exc:  # Postgres down: the scrape still answers, with the counts it last read
         log.warning("/metrics: quarantine counts not read: %r", exc)
     else:
