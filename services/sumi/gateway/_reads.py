@@ -160,6 +160,9 @@ async def projections_status(db: Backend) -> Row:
     return row
 
 
+# ---- the processors' quarantine ------------------------------------------------------------
+
+
 async def quarantine_counts(db: Backend) -> list[Row]:
-    """How many records each processor set aside, by source topic and reason (for /metrics)."""
+    """Records set aside, per processor, source topic and reason (for /metrics)."""
     return await db.fetchall("SELECT processor, source_topic, reason, count(*) AS n FROM quarantined GROUP BY 1, 2, 3")
