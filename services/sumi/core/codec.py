@@ -39,6 +39,13 @@ def _fp(parsed: dict[str, Any]) -> bytes:
     return int(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"), 16).to_bytes(8, "little")
 
 
+def _parse(path: Traversable) -> dict[str, Any]:
+    parsed = parse_schema(json.loads(path.read_text()), _write_hint=False)
+    if not isinstance(parsed, dict):  # a union or a primitive cannot name a record type
+        raise ValueError(f"{path.name}: a record schema must be a JSON object")
+    return parsed
+
+
 @cache
 def _registry() -> tuple[dict[str, dict[str, Any]], dict[bytes, dict[str, Any]]]:
     current: dict[str, dict[str, Any]] = {}
@@ -46,12 +53,12 @@ def _registry() -> tuple[dict[str, dict[str, Any]], dict[bytes, dict[str, Any]]]
     header: dict[str, bytes] = _HEADERS
     root = schemas_dir()
     for path in _avsc(root):
-        parsed = parse_schema(json.loads(path.read_text()), _write_hint=False)
+        parsed = _parse(path)
         current[path.name.removesuffix(".avsc")] = parsed
         by_fp[_fp(parsed)] = parsed
         header[path.name.removesuffix(".avsc")] = MAGIC + _fp(parsed)
     for path in _avsc(root / "history"):
-        parsed = parse_schema(json.loads(path.read_text()), _write_hint=False)
+        parsed = _parse(path)
         by_fp[_fp(parsed)] = parsed
     return current, by_fp
 
@@ -73,25 +80,48 @@ def encode(record: Record) -> bytes:
     out = io.BytesIO()
     out.write(_HEADERS[name])  # magic + fingerprint, computed once per schema
     # A shallow dict: asdict() deep-copies every field, bodies included, for nothing.
-    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
     fastavro.schemaless_writer(out, parsed, _to_avro(values))
     return out.getvalue()
 
 
+class Undecodable(ValueError):
+    """Bytes that are no record of ours; `reason` is one word a dead-letter reader can count by."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
 def decode(data: bytes) -> Record:
+    if not data:
+        raise Undecodable("empty", "the record has no value")
     if data[:2] != MAGIC:
-        raise ValueError("not an Avro single-object encoded record")
+        raise Undecodable("not_avro", "not an Avro single-object encoded record")
+    if len(data) < 10:
+        raise Undecodable("truncated", f"{len(data)} bytes: shorter than the Avro single-object header")
     writer = _registry()[1].get(data[2:10])
     if writer is None:
-        raise ValueError(f"unknown schema fingerprint {data[2:10].hex()}")
+        raise Undecodable("unknown_schema", f"unknown schema fingerprint {data[2:10].hex()}")
     name = _short_name(writer)
     reader = schema_of(name)
-    raw = fastavro.schemaless_reader(io.BytesIO(data[10:]), writer, reader)
+    body = io.BytesIO(data[10:])
+    try:
+        raw = fastavro.schemaless_reader(body, writer, reader)
+    except EOFError as exc:
+        raise Undecodable("truncated", f"the {name} body ends early: {exc or 'end of data'}") from exc
+    except Exception as exc:  # fastavro's errors for malformed bodies are many and unrelated
+        raise Undecodable("malformed", f"the {name} body does not decode: {exc!r}") from exc
+    if body.tell() != len(data) - 10:
+        raise Undecodable("malformed", f"{len(data) - 10 - body.tell()} bytes after the {name} body")
     cls = RECORD_TYPES[name]
     values = {k: _from_avro(v) for k, v in raw.items()}  # type: ignore[union-attr]
     if "grants" in values:
         values["grants"] = tuple(values["grants"])
-    return cls(**values)  # type: ignore[no-any-return]
+    try:
+        return cls(**values)  # type: ignore[no-any-return]
+    except (TypeError, ValueError) as exc:
+        raise Undecodable("malformed", f"the {name} values do not make a record: {exc}") from exc
 
 
 def _to_avro(values: dict[str, Any]) -> dict[str, Any]:
