@@ -1,10 +1,13 @@
 """Child process of the ``python`` runtime: one execution context.
 
-Python worker code is TRUSTED code. This process is not a sandbox: the code
-can read files, open sockets and spawn processes with the Host's user rights.
-What the process boundary does give is the ABI's other guarantees: a fresh
-interpreter per context (no state survives between contexts, WF-32), CPU and
-memory limits, and a physical stop (SIGKILL) the Host can confirm (WF-26, WF-46).
+Python worker code owns this process: there is no language sandbox, and it can
+write any frame on the channel. The parent starts it behind the OS walls
+(``_walls``: empty environment, own network namespace, user 65534, read-only
+view of only the interpreter, the runtime's code and the Version) and checks
+every frame it writes (``_protocol``). The process boundary also gives the
+ABI's other guarantees: a fresh interpreter per context (no state survives
+between contexts, WF-32), CPU and memory limits, and a physical stop (SIGKILL)
+the Host can confirm (WF-26, WF-46).
 
 Run as ``python -m sumi.runtime._pychild``; frames on stdin/stdout as in
 ``_frames``. The first frame is ``start_context``.
