@@ -25,7 +25,7 @@ import sys
 from typing import Any
 
 from . import _frames
-from ._pyabi import EXIT_HEAP_LIMIT, PACKAGE, Abi
+from ._pyabi import EXIT_HEAP_LIMIT, MAX_ERROR_TEXT, MAX_LOG_TEXT, PACKAGE, Abi, truncate
 
 
 class Limits:
@@ -88,7 +88,7 @@ class Child:
         except MemoryError:
             raise
         except BaseException as e:  # a broken Version is data, not a crash
-            self.load_error = f"{type(e).__name__}: {e}"
+            self.load_error = truncate(f"{type(e).__name__}: {e}", MAX_ERROR_TEXT)
         finally:
             self.limits.disarm()
         self.send({"op": "started", "reqId": frame["reqId"], "loadError": self.load_error})
@@ -138,8 +138,11 @@ class _LogStream:
     def write(self, text: str) -> int:
         self._buf += text
         *lines, self._buf = self._buf.split("\n")
+        if len(self._buf) > MAX_LOG_TEXT:  # a line that never ends is cut, not held
+            lines.append(self._buf)
+            self._buf = ""
         for line in lines:
-            self._child.log(self._level, line)
+            self._child.log(self._level, truncate(line, MAX_LOG_TEXT))
         return len(text)
 
     def flush(self) -> None:
