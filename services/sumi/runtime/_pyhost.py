@@ -27,6 +27,8 @@ from .types import (
     LoadInfo,
     Module,
     QueueBatch,
+    WorkflowInvocation,
+    WorkflowOutcome,
 )
 
 log = logging.getLogger("sumi.runtime.python")
@@ -108,6 +110,28 @@ class PyContext:
             reason = self.stop_reason or "stopped"
             return InvokeResult.stopped(reason, f"context stopped: {reason}")  # type: ignore[arg-type]
         return InvokeResult.from_wire(reply)
+
+    async def invoke_workflow(
+        self, inv: WorkflowInvocation, env: EnvSpec, host_call: HostCall | None = None
+    ) -> WorkflowOutcome:
+        if host_call is not None:
+            self.host_call = host_call
+        if self.stop_reason is not None:
+            return WorkflowOutcome("stopped", reason=self.stop_reason)
+        request = self._channel.request(
+            {"op": "invoke_workflow", "contextId": self.id, "invocation": inv.to_wire(), "env": env.to_wire()}
+        )
+        wall = self._limits.wall_ms / 1000 if self._limits.wall_ms else None
+        try:
+            reply = await asyncio.wait_for(request, wall)
+        except TimeoutError:
+            self._forced_reason = "wall_limit"
+            await self.stop()
+            reply = EXITED
+        if reply is EXITED:
+            reason = self.stop_reason or "stopped"
+            return WorkflowOutcome("stopped", reason=reason, message=f"context stopped: {reason}")
+        return WorkflowOutcome.from_wire(reply)
 
     async def stop(self) -> None:
         """SIGKILL the child and return once it has been reaped."""
