@@ -18,6 +18,7 @@ from workflow_testkit import (
     invocation,
     js_run,
     py_run,
+    slow,
     wf,
 )
 
@@ -302,3 +303,173 @@ async def test_load_error_and_missing_class_are_run_threw(wf: Workflows) -> None
         js_run("return {};"), py_run("return {}"), WorkflowInvocation("Nope", "inst-1", None, {}, {})
     )
     assert (missing.outcome.kind, missing.outcome.reason) == ("errored", "run_threw"), missing.outcome
+
+
+# ---- argument validation: TypeError before any Host call (WF-34, WF-37, WF-40, WF-42, WF-43) ----
+
+JS_BAD_CALLS = [
+    "step.do('', () => ({}))",
+    "step.do('x'.repeat(257), () => ({}))",
+    "step.do('\\ud800', () => ({}))",
+    "step.do(7, () => ({}))",
+    "step.do('a', 'not a function')",
+    "step.do('a', () => ({}), 3)",
+    "step.do('a', () => ({}), {})",
+    "step.do('a', () => ({}), { maxAttempts: 0 })",
+    "step.do('a', () => ({}), { maxAttempts: 101 })",
+    "step.do('a', () => ({}), { maxAttempts: 1.5 })",
+    "step.do('a', () => ({}), { maxAttempts: 2, backoff: 'linear' })",
+    "step.do('a', () => ({}), { maxAttempts: 2, initialDelaySeconds: 43201 })",
+    "step.do('a', () => ({}), { maxAttempts: 2, maxDelaySeconds: -1 })",
+    "step.do('a', () => ({}), { maxAttempts: 2, retries: 1 })",
+    "step.sleep('s', -1)",
+    "step.sleep('s', 1.5)",
+    "step.sleep('s', 31536001)",
+    "step.sleep('s', '10')",
+    "step.waitForEvent('w')",
+    "step.waitForEvent('w', { type: 't' })",
+    "step.waitForEvent('w', { type: 't', timeoutSeconds: 0 })",
+    "step.waitForEvent('w', { type: 't', timeoutSeconds: 31536001 })",
+    "step.waitForEvent('w', { type: '', timeoutSeconds: 5 })",
+    "step.waitForEvent('w', { type: 't', timeoutSeconds: 5, extra: 1 })",
+]
+PY_BAD_CALLS = [
+    'step.do("", lambda: {})',
+    'step.do("x" * 257, lambda: {})',
+    'step.do("\\ud800", lambda: {})',
+    "step.do(7, lambda: {})",
+    'step.do("a", "not a function")',
+    'step.do("a", lambda: {}, 3)',
+    'step.do("a", lambda: {}, {})',
+    'step.do("a", lambda: {}, {"max_attempts": 0})',
+    'step.do("a", lambda: {}, {"max_attempts": 101})',
+    'step.do("a", lambda: {}, {"max_attempts": 1.5})',
+    'step.do("a", lambda: {}, {"max_attempts": 2, "backoff": "linear"})',
+    'step.do("a", lambda: {}, {"max_attempts": 2, "initial_delay_seconds": 43201})',
+    'step.do("a", lambda: {}, {"max_attempts": 2, "maxDelaySeconds": -1})',
+    'step.do("a", lambda: {}, {"max_attempts": 2, "retries": 1})',
+    'step.sleep("s", -1)',
+    'step.sleep("s", 1.5)',
+    'step.sleep("s", 31536001)',
+    'step.sleep("s", "10")',
+    'step.wait_for_event("w", None)',
+    'step.wait_for_event("w", {"type": "t"})',
+    'step.wait_for_event("w", {"type": "t", "timeout_seconds": 0})',
+    'step.wait_for_event("w", {"type": "t", "timeout_seconds": 31536001})',
+    'step.wait_for_event("w", {"type": "", "timeout_seconds": 5})',
+    'step.wait_for_event("w", {"type": "t", "timeout_seconds": 5, "extra": 1})',
+]
+
+
+@pytest.mark.parametrize("case", range(len(JS_BAD_CALLS)))
+async def test_bad_arguments_of_unfinished_names_are_type_errors(wf: Workflows, case: int) -> None:  # WF-37, WF-40..43
+    run = await wf.run(
+        js_run(f"try {{ await {JS_BAD_CALLS[case]}; }} catch (e) {{ return {{ name: e.name }}; }} return {{}};"),
+        py_run(
+            f"try:\n    await {PY_BAD_CALLS[case]}\n"
+            'except Exception as e:\n    return {"name": type(e).__name__}\nreturn {}'
+        ),
+    )
+    assert run.outcome.kind == "complete" and run.outcome.output == {"name": "TypeError"}, run.outcome
+    assert run.host.calls == []
+
+
+async def test_names_count_unicode_scalar_values(wf: Workflows) -> None:  # WF-34
+    run = await wf.run(
+        js_run("""
+          await step.do('\\u{1F600}'.repeat(256), () => ({}));
+          await step.sleep('x'.repeat(256), 0);
+          return {};"""),
+        py_run("""
+await step.do("\\U0001F600" * 256, lambda: {})
+await step.sleep("x" * 256, 0)
+return {}"""),
+    )
+    assert run.outcome.kind == "complete", run.outcome
+    assert [name for _, name in run.host.steps_called()] == ["\U0001f600" * 256, "x" * 256]
+
+
+async def test_a_completed_name_is_still_validated_first(wf: Workflows) -> None:  # WF-36
+    # The record under "" can never exist, but a bad name must be a TypeError even if it did.
+    inv = invocation(completed=(done(""),))
+    run = await wf.run(
+        js_run("try { await step.do('', () => ({})); } catch (e) { return { name: e.name }; }"),
+        py_run(
+            'try:\n    await step.do("", lambda: {})\nexcept Exception as e:\n    return {"name": type(e).__name__}'
+        ),
+        inv,
+    )
+    assert run.outcome.output == {"name": "TypeError"}, run.outcome
+
+
+# ---- step_definition_mismatch: uncatchable (WF-35) ----
+
+
+@pytest.mark.parametrize("case", ["overlap", "inside-effect", "run-settles", "kind-reuse"])
+async def test_step_definition_mismatch_is_uncatchable(wf: Workflows, case: str) -> None:  # WF-35
+    js = {
+        "overlap": "await Promise.all([step.do('a', () => ({})), step.do('b', () => ({}))]);",
+        "inside-effect": "await step.do('a', async () => { await step.sleep('inner', 0); return {}; });",
+        "run-settles": "step.sleep('s', 10); return {};",
+        "kind-reuse": "await step.do('p', () => ({}));",
+    }[case]
+    py = {
+        "overlap": 'await asyncio.gather(step.do("a", lambda: {}), step.do("b", lambda: {}))',
+        "inside-effect": (
+            'async def effect():\n    await step.sleep("inner", 0)\n    return {}\nawait step.do("a", effect)'
+        ),
+        "run-settles": 'asyncio.ensure_future(step.sleep("s", 10))\nawait asyncio.sleep(0)\nreturn {}',
+        "kind-reuse": 'await step.do("p", lambda: {})',
+    }[case]
+    py_body = "try:\n" + "\n".join("    " + line for line in py.splitlines())
+    py_body += '\nexcept BaseException as e:\n    return {"caught": repr(e)}\nreturn {"after": True}'
+    run = await wf.run(
+        js_run("try {\n" + js + "\n} catch (e) { return { caught: String(e) }; }\nreturn { after: true };"),
+        py_run(py_body, prelude="import asyncio\n"),
+        invocation(pending={"p": "sleep"}),
+        host=StepHost(steps={"s": slow(SUSPEND)}),
+    )
+    assert (run.outcome.kind, run.outcome.reason) == ("errored", "step_definition_mismatch"), run.outcome
+    why = {
+        "overlap": 'step "b" started while step "a" is unsettled',
+        "inside-effect": 'step "inner" started while step "a" is unsettled',
+        "run-settles": 'run settled while step "s" is unsettled',
+        "kind-reuse": 'step "p" was a sleep step and is now used as do',
+    }[case]
+    assert run.outcome.message == why
+
+
+async def test_an_unfinished_name_of_the_same_kind_runs(wf: Workflows) -> None:  # WF-35, WF-37
+    run = await wf.run(
+        js_run("await step.do('p', () => ({ ok: 1 }), { maxAttempts: 3 }); return {};"),
+        py_run('await step.do("p", lambda: {"ok": 1}, {"maxAttempts": 3})\nreturn {}'),
+        invocation(pending={"p": "do"}),
+    )
+    assert run.outcome.kind == "complete", run.outcome
+    assert run.host.steps_called() == [("step.do", "p")]
+
+
+# ---- the effect's result (forms.md "Decisions where the Forms leave room", DOC-1..6) ----
+
+
+@pytest.mark.parametrize(
+    ("js", "py", "error"),
+    [
+        ("return 5;", "return 5", "TypeError"),
+        ("return [1, 2];", "return [1, 2]", "TypeError"),
+        ("return { f() {} };", "return {'f': print}", "TypeError"),
+        ("return { big: 1n };", "return {'t': (1, 2)}", "TypeError"),
+        ("return { s: 'x'.repeat(1048576) };", "return {'s': 'x' * 1048576}", "document_too_large"),
+    ],
+)
+async def test_an_effect_result_that_is_not_a_document_fails_the_attempt(
+    wf: Workflows, js: str, py: str, error: str
+) -> None:  # DOC-1..3, WF-40
+    run = await wf.run(
+        js_run(f"await step.do('a', () => {{ {js} }}); return {{}};"),
+        py_run(f"def effect():\n    {py}\nawait step.do('a', effect)\nreturn {{}}"),
+        host=StepHost(steps={"a": REJECT}),
+    )
+    assert (run.outcome.kind, run.outcome.reason) == ("errored", "step_failed"), run.outcome
+    (method, args), *_ = run.host.calls
+    assert method == "step.do" and args["ok"] is False and args["error"]["name"] == error, args
