@@ -6,7 +6,10 @@ steps are completed, the Host's replies say what happens to live steps, and the 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from runtime_testkit import batch, js_queue, py_queue
 from workflow_testkit import (
     REJECT,
     RESOLVE,
@@ -22,7 +25,7 @@ from workflow_testkit import (
     wf,
 )
 
-from sumi.runtime import HostError, WorkflowInvocation
+from sumi.runtime import EnvSpec, HostError, Limits, WorkflowInvocation
 
 __all__ = ["wf"]  # the fixture, parametrized over javascript and python
 
@@ -473,3 +476,188 @@ async def test_an_effect_result_that_is_not_a_document_fails_the_attempt(
     assert (run.outcome.kind, run.outcome.reason) == ("errored", "step_failed"), run.outcome
     (method, args), *_ = run.host.calls
     assert method == "step.do" and args["ok"] is False and args["error"]["name"] == error, args
+
+
+# ---- the Caller Binding env.NAME (WF-18..27) ----
+
+WF_ENV = EnvSpec({"MODE": "test"}, (), ("REPORTS",))
+
+
+async def test_binding_calls_reach_the_host_as_the_contract_says(wf: Workflows) -> None:  # WF-18, WF-19, WF-21, WF-23
+    run = await wf.run(
+        js_run("""
+          const env = this.env;
+          return await step.do('drive', async () => {
+            const a = await env.REPORTS.create({ id: 'r-1', params: { q: 1 } });
+            const b = await env.REPORTS.create();
+            const c = await env.REPORTS.get('r-1');
+            const st = await c.status();
+            const sent = await c.sendEvent({ type: 'approved', payload: { by: 'ann' } });
+            await c.sendEvent({ type: 'ping' });
+            const t = await c.terminate();
+            return { ids: [a.id, b.id, c.id], st, sent: sent === undefined, t: t === undefined, mode: env.MODE };
+          });"""),
+        py_run("""
+env = self.env
+async def drive():
+    a = await env.REPORTS.create({"id": "r-1", "params": {"q": 1}})
+    b = await env.REPORTS.create()
+    c = await env.REPORTS.get("r-1")
+    st = await c.status()
+    sent = await c.send_event({"type": "approved", "payload": {"by": "ann"}})
+    await c.sendEvent({"type": "ping"})
+    t = await c.terminate()
+    return {"ids": [a.id, b.id, c.id], "st": st, "sent": sent is None, "t": t is None, "mode": env.MODE}
+return await step.do("drive", drive)"""),
+        env=WF_ENV,
+    )
+    assert run.outcome.kind == "complete", run.outcome
+    assert run.outcome.output == {
+        "ids": ["generated-1", "generated-1", "r-1"],
+        "st": {"status": "complete", "output": {"n": 1}},
+        "sent": True,
+        "t": True,
+        "mode": "test",
+    }
+    b = {"binding": "REPORTS"}
+    assert run.host.calls[:-1] == [
+        ("workflow.create", {**b, "id": "r-1", "params": {"q": 1}}),
+        ("workflow.create", b),
+        ("workflow.get", {**b, "id": "r-1"}),
+        ("workflow.status", {**b, "id": "r-1"}),
+        ("workflow.sendEvent", {**b, "id": "r-1", "type": "approved", "payload": {"by": "ann"}}),
+        ("workflow.sendEvent", {**b, "id": "r-1", "type": "ping"}),
+        ("workflow.terminate", {**b, "id": "r-1"}),
+    ]
+
+
+async def test_binding_rejections_are_errors_named_by_the_code(wf: Workflows) -> None:  # WF-19, WF-20, WF-27
+    host = StepHost(
+        methods={
+            "workflow.create": HostError("instance_exists", "r-1 exists"),
+            "workflow.get": HostError("unknown_instance", "no r-9"),
+            "workflow.status": {"status": "errored", "error": {"reason": "step_failed", "message": "x"}},
+            "workflow.sendEvent": HostError("backend_unavailable", "down"),
+        }
+    )
+    run = await wf.run(
+        js_run("""
+          const names = [];
+          for (const f of [() => this.env.REPORTS.create({ id: 'r-1' }), () => this.env.REPORTS.get('r-9')]) {
+            try { await f(); } catch (e) { names.push(e.name); }
+          }
+          return { names };"""),
+        py_run("""
+names = []
+for f in (lambda: self.env.REPORTS.create({"id": "r-1"}), lambda: self.env.REPORTS.get("r-9")):
+    try:
+        await f()
+    except Exception as e:
+        names.append(e.name)
+return {"names": names}"""),
+        env=WF_ENV,
+        host=host,
+    )
+    assert run.outcome.output == {"names": ["instance_exists", "unknown_instance"]}, run.outcome
+
+
+@pytest.mark.parametrize(
+    ("js", "py", "error"),
+    [
+        ("env.REPORTS.create({ params: [1] })", 'env.REPORTS.create({"params": [1]})', "invalid_params"),
+        (
+            "env.REPORTS.create({ params: { s: 'x'.repeat(1048576) } })",
+            'env.REPORTS.create({"params": {"s": "x" * 1048576}})',
+            "document_too_large",
+        ),
+        ("env.REPORTS.create({ id: '' })", 'env.REPORTS.create({"id": ""})', "TypeError"),
+        ("env.REPORTS.create({ idd: 'x' })", 'env.REPORTS.create({"idd": "x"})', "TypeError"),
+        ("env.REPORTS.get(5)", "env.REPORTS.get(5)", "TypeError"),
+        (
+            "(await env.REPORTS.get('a')).sendEvent({ type: 'x'.repeat(257) })",
+            '(await env.REPORTS.get("a")).send_event({"type": "x" * 257})',
+            "TypeError",
+        ),
+        (
+            "(await env.REPORTS.get('a')).sendEvent({ type: 't', payload: 'text' })",
+            '(await env.REPORTS.get("a")).send_event({"type": "t", "payload": "text"})',
+            "invalid_params",
+        ),
+    ],
+)
+async def test_bad_binding_arguments_never_reach_the_host(
+    wf: Workflows, js: str, py: str, error: str
+) -> None:  # WF-19, WF-23, DOC-1
+    run = await wf.run(
+        js_run(f"const env = this.env; try {{ await {js}; }} catch (e) {{ return {{ name: e.name }}; }} return {{}};"),
+        py_run(
+            f"env = self.env\ntry:\n    await {py}\n"
+            'except Exception as e:\n    return {"name": getattr(e, "name", type(e).__name__)}\nreturn {}'
+        ),
+        env=WF_ENV,
+    )
+    assert run.outcome.output == {"name": error}, run.outcome
+    assert [m for m, _ in run.host.calls if m != "workflow.get"] == []
+
+
+async def test_status_reports_errors_and_omits_absent_parts(wf: Workflows) -> None:  # WF-21, WF-22
+    host = StepHost(methods={"workflow.status": {"status": "errored", "error": {"reason": "step_failed"}}})
+    run = await wf.run(
+        js_run("return await (await this.env.REPORTS.get('a')).status();"),
+        py_run('return await (await self.env.REPORTS.get("a")).status()'),
+        env=WF_ENV,
+        host=host,
+    )
+    assert run.outcome.output == {"status": "errored", "error": {"reason": "step_failed"}}, run.outcome
+
+
+async def test_nothing_reaches_the_host_after_the_outcome(wf: Workflows) -> None:  # WF-46
+    run = await wf.run(
+        js_run(
+            "setTimeout(() => { step.do('late', () => ({})); this.env.REPORTS.create(); }, 50);"
+            "await step.sleep('s', 60);"
+        ),
+        py_run(
+            """
+async def late():
+    await asyncio.sleep(0.05)
+    asyncio.ensure_future(step.do("late", lambda: {}))
+    await self.env.REPORTS.create()
+asyncio.ensure_future(late())
+await step.sleep("s", 60)""",
+            prelude="import asyncio\n",
+        ),
+        env=WF_ENV,
+        host=StepHost(steps={"s": SUSPEND}),
+        keep=True,
+    )
+    assert run.outcome.kind == "suspended", run.outcome
+    await asyncio.sleep(0.3)
+    await wf.last_context.stop()
+    assert run.host.calls == [("step.sleep", {"name": "s", "seconds": 60})]
+
+
+async def test_workflow_bindings_are_available_to_queue_handlers(wf: Workflows) -> None:  # WF-18
+    host = StepHost()
+    body = {
+        "js": "const i = await env.REPORTS.create({ params: { n: batch.messages.length } }); await i.status();",
+        "py": 'i = await env.REPORTS.create({"params": {"n": len(batch.messages)}})\nawait i.status()',
+    }[wf.lang]
+    source = js_queue(body) if wf.lang == "js" else py_queue(body)
+    ctx = await wf.runtime.start_context(wf.modules(source, source), wf.main, Limits(cpu_ms=2000), host)
+    result = await ctx.invoke_queue(batch(), WF_ENV, host)
+    await ctx.stop()
+    assert result.ok, result
+    assert host.calls == [
+        ("workflow.create", {"binding": "REPORTS", "params": {"n": 2}}),
+        ("workflow.status", {"binding": "REPORTS", "id": "generated-1"}),
+    ]
+
+
+async def test_cpu_limit_in_a_run_stops_the_context(wf: Workflows) -> None:  # forms.md limits, WF-46
+    host = StepHost()
+    modules = wf.modules(js_run("for (;;) {}"), py_run("while True:\n    pass"))
+    ctx = await wf.runtime.start_context(modules, wf.main, Limits(cpu_ms=300), host)
+    outcome = await asyncio.wait_for(ctx.invoke_workflow(invocation(), EnvSpec(), host), 30)
+    assert (outcome.kind, outcome.reason) == ("stopped", "cpu_limit"), outcome
+    assert ctx.stop_reason == "cpu_limit"
