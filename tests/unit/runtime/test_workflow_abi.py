@@ -661,3 +661,31 @@ async def test_cpu_limit_in_a_run_stops_the_context(wf: Workflows) -> None:  # f
     outcome = await asyncio.wait_for(ctx.invoke_workflow(invocation(), EnvSpec(), host), 30)
     assert (outcome.kind, outcome.reason) == ("stopped", "cpu_limit"), outcome
     assert ctx.stop_reason == "cpu_limit"
+
+
+async def test_a_replay_in_the_same_context_is_unaffected_by_mutations(wf: Workflows) -> None:  # WF-36
+    run = await wf.run(
+        js_run("""
+          const a = await step.do('a', () => ({ v: [1] }));
+          a.v.push(2);
+          const w = await step.waitForEvent('w', { type: 't', timeoutSeconds: 5 });
+          w.by = 'changed';
+          return { again: await step.do('a', () => ({})), w: await step.waitForEvent('w', 1) };"""),
+        py_run("""
+a = await step.do("a", lambda: {"v": [1]})
+a["v"].append(2)
+w = await step.wait_for_event("w", {"type": "t", "timeout_seconds": 5})
+w["by"] = "changed"
+return {"again": await step.do("a", lambda: {}), "w": await step.wait_for_event("w", 1)}"""),
+        host=StepHost(steps={"w": {"action": "resolve", "payload": {"by": "ann"}}}),
+    )
+    assert run.outcome.output == {"again": {"v": [1]}, "w": {"by": "ann"}}, run.outcome
+
+
+async def test_a_final_failure_without_a_message_still_rejects(wf: Workflows) -> None:  # WF-41, WF-45
+    run = await wf.run(
+        js_run("await step.do('a', () => { throw new Error(''); });"),
+        py_run('def effect():\n    raise RuntimeError("")\nawait step.do("a", effect)'),
+        host=StepHost(steps={"a": REJECT}),
+    )
+    assert (run.outcome.kind, run.outcome.reason, run.outcome.message) == ("errored", "step_failed", ""), run.outcome
