@@ -18,6 +18,9 @@ from .types import (
     QueueBatch,
     QueueMessage,
     Runtime,
+    StepRecord,
+    WorkflowInvocation,
+    WorkflowOutcome,
 )
 
 __all__ = [
@@ -37,4 +40,7 @@ __all__ = [
     "QueueMessage",
     "Runtime",
     "RuntimeUnavailable",
+    "StepRecord",
+    "WorkflowInvocation",
+    "WorkflowOutcome",
 ]

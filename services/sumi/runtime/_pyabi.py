@@ -17,6 +17,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ._pyworkflow import WorkflowBinding, run_workflow
 from .types import HostError
 
 HANDLER_NAMES = ("queue",)
@@ -127,6 +128,8 @@ class Env:
             object.__setattr__(self, name, str(value))
         for name in spec.get("queueBindings") or ():
             object.__setattr__(self, name, QueueBinding(abi, name))
+        for name in spec.get("workflowBindings") or ():
+            object.__setattr__(self, name, WorkflowBinding(abi, name))
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError("env is read-only")
@@ -149,8 +152,11 @@ class Abi:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         # WF-44 provenance: only errors this runtime raised are in here.
         self._issued: weakref.WeakSet[BaseException] = weakref.WeakSet()
+        self.halted = False  # a workflow execution reported its outcome: no more host calls (WF-46)
 
     async def call(self, method: str, args: dict[str, Any]) -> Any:
+        if self.halted:
+            await asyncio.get_running_loop().create_future()  # never answered, like a stopped context
         call_id = next(self._calls)
         future = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
@@ -217,3 +223,13 @@ class Abi:
             if isinstance(outcome, BaseException):
                 self._child.log("error", f"wait_until rejected: {outcome!r}")
         return result
+
+    async def invoke_workflow(
+        self, main: Any, load_error: str | None, invocation: dict[str, Any], env: dict[str, Any]
+    ) -> dict[str, Any]:
+        if load_error is not None:
+            return {"kind": "errored", "reason": "run_threw", "message": load_error}
+        try:
+            return await run_workflow(self, main, invocation, Env(self, env))
+        except MemoryError:
+            os._exit(EXIT_HEAP_LIMIT)

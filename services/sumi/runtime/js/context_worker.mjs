@@ -119,10 +119,24 @@ async function dynamicImport(specifier, referrer) {
   return m;
 }
 
+// A runtime file evaluated inside the context's realm, before any worker code.
+const runtimeScript = (file) => new vm.Script(readFileSync(new URL(file, import.meta.url), 'utf8'), {
+  filename: `sumi:${file.slice(2)}`,
+}).runInContext(context);
+
+async function runtimeModule(file) {
+  const m = new vm.SourceTextModule(readFileSync(new URL(file, import.meta.url), 'utf8'), {
+    context, identifier: `sumi:${file.slice(2)}`,
+  });
+  await m.link(() => { throw new Error(`${file} may not import`); });
+  await m.evaluate();
+  return m.namespace;
+}
+
 async function load() {
-  control = new vm.Script(readFileSync(new URL('./sandbox.js', import.meta.url), 'utf8'), {
-    filename: 'sumi:sandbox.js',
-  }).runInContext(context)(bridge);
+  const { checkDocument } = await runtimeModule('./document.mjs');
+  const installWorkflow = runtimeScript('./workflow.js');
+  control = runtimeScript('./sandbox.js')(bridge, { installWorkflow, checkDocument });
   const mainName = workerData.mainModule.replace(/^\.\//, '');
   if (!sources.has(mainName)) throw new Error(`main module "${mainName}" is not among the modules`);
   const main = moduleFor(mainName);
@@ -154,6 +168,13 @@ parentPort.on('message', (msg) => {
         post({ type: 'invoke_result', invocationId: msg.invocationId, ok: false, reason: 'threw', error: { name: 'Error', message: loadInfo.loadError, hostError: false } });
       } else {
         control.invokeQueue(JSON.stringify(msg.batch), JSON.stringify(msg.env), msg.invocationId);
+      }
+      break;
+    case 'invoke_workflow':
+      if (loadInfo.loadError) {
+        post({ type: 'invoke_result', invocationId: msg.invocationId, kind: 'errored', reason: 'run_threw', message: loadInfo.loadError });
+      } else {
+        control.invokeWorkflow(JSON.stringify(msg.invocation), JSON.stringify(msg.env), msg.invocationId);
       }
       break;
     case 'host_reply':

@@ -91,7 +91,7 @@ class Context {
     }
   }
 
-  invoke(reqId, batch, env) {
+  invoke(reqId, message) { // message: {type: 'invoke_queue', batch, env} | {type: 'invoke_workflow', invocation, env}
     if (this.stopReason) {
       send({ op: 'invoke_result', reqId, contextId: this.id, ...stoppedResult(this.stopReason) });
       return;
@@ -99,7 +99,7 @@ class Context {
     const invocationId = this.nextInvocation++;
     this.invocations.set(invocationId, reqId);
     this.startBudget();
-    this.worker.postMessage({ type: 'invoke_queue', invocationId, batch, env });
+    this.worker.postMessage({ ...message, invocationId });
   }
 
   decideStop(reason, error) {
@@ -162,8 +162,15 @@ const ops = {
     const c = contexts.get(f.contextId);
     if (!c) return { op: 'invoke_result', ...stoppedResult('stopped') };
     await c.ready;
-    c.invoke(f.reqId, f.batch, f.env);
+    c.invoke(f.reqId, { type: 'invoke_queue', batch: f.batch, env: f.env });
     return null; // answered by the context
+  },
+  async invoke_workflow(f) {
+    const c = contexts.get(f.contextId);
+    if (!c) return { op: 'invoke_result', ...stoppedResult('stopped') };
+    await c.ready;
+    c.invoke(f.reqId, { type: 'invoke_workflow', invocation: f.invocation, env: f.env });
+    return null; // answered by the context: one outcome frame (complete | errored | suspended)
   },
   async host_reply(f) {
     const c = contexts.get(f.contextId);
