@@ -67,6 +67,7 @@ SERVICE_ENTRIES = {
     "gateway": "sumi.gateway",
     "verifier": "sumi.runtime.verifier",
     "queue": "sumi.queue.engine",
+    "workflow": "sumi.workflow.engine",
 }
 
 

@@ -40,7 +40,6 @@ from sumi.core import codec, ids
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
-from sumi.core.topics import instance_key
 from sumi.queue._outbox import Outbox
 from sumi.queue.engine import shorten_txn_retry
 from sumi.runtime.types import WorkflowOutcome

@@ -1,0 +1,166 @@
+"""The workflow engine in-process on the real broker, fed by control records written directly.
+
+The Workflow's Form and HTTP routes are another piece; here the control log gets the
+Resources a Workflow needs (worker, verified Version exporting the class, Deployment,
+Workflow) as the control processor would have written them, and instances are driven
+through the engine's own command topic, exactly as the gateway does."""
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
+from sumi.core import codec
+from sumi.core import records as r
+from sumi.core.config import Settings
+from sumi.core.topics import ensure_topics, partition_for
+from sumi.workflow import _decide as d
+from sumi.workflow import commands as c
+from sumi.workflow.engine import Engine
+
+SPACE = "demo"
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Log:
+    """Every record of the instance log, read as it commits."""
+
+    records: list[Any] = field(default_factory=list)
+
+    def of(self, iid: str, kind: type | None = None) -> list[Any]:
+        return [
+            x for x in self.records if getattr(x, "instanceId", None) == iid and (kind is None or isinstance(x, kind))
+        ]
+
+    def status(self, iid: str) -> str | None:
+        changes = self.of(iid, r.InstanceStatusChanged)
+        return changes[-1].status if changes else ("queued" if self.of(iid, r.InstanceCreated) else None)
+
+    def decision(self, command_id: str) -> r.CommandDecided | None:
+        return next((x for x in self.records if isinstance(x, r.CommandDecided) and x.commandId == command_id), None)
+
+
+class Bench:
+    def __init__(self, settings: Settings, producer: AIOKafkaProducer, log: Log) -> None:
+        self.settings = settings
+        self.producer = producer
+        self.log = log
+        self.workflow_uid = ""
+
+    async def _send(self, topic: str, key: str, rec: Any) -> None:
+        await self.producer.send_and_wait(
+            self.settings.topic(topic),
+            codec.encode(rec),
+            key=key.encode(),
+            partition=partition_for(key, self.settings.partitions),
+        )
+
+    async def deploy(self, js: str, class_name: str = "Flow", runtime: str = "javascript") -> str:
+        """Worker, Version (verified, exporting the class), Deployment and Workflow, all active."""
+        tag = uuid.uuid4().hex[:8]
+        worker, version, dep, wf = (f"res_{p}{tag}" for p in ("w", "v", "d", "f"))
+        main = "worker.js" if runtime == "javascript" else "worker.py"
+        specs = [
+            (worker, MODULE_WORKER, {"runtime": runtime}, None),
+            (
+                version,
+                WORKER_VERSION,
+                {"worker": {"resourceUid": worker}, "mainModule": main, "modules": [{"name": main, "content": js}]},
+                {"verified": True, "workflowClasses": [class_name]},
+            ),
+            (
+                dep,
+                WORKER_DEPLOYMENT,
+                {
+                    "worker": {"resourceUid": worker},
+                    "versions": [{"version": {"resourceUid": version}, "percentage": 100}],
+                },
+                None,
+            ),
+            (wf, DURABLE_WORKFLOW, {"worker": {"resourceUid": worker}, "className": class_name}, None),
+        ]
+        for uid, form, spec, observed in specs:
+            await self._send(
+                "control", SPACE, r.ResourceCreated(uid, SPACE, uid, form, json.dumps(spec), 1, "op", _now())
+            )
+            if observed is not None:
+                await self._send("control", SPACE, r.ResourceObserved(uid, SPACE, json.dumps(observed), _now()))
+            await self._send("control", SPACE, r.ResourceStateChanged(uid, SPACE, "active", _now()))
+        self.workflow_uid = wf
+        return wf
+
+    async def submit(self, cmd: c.WorkflowCommand) -> str:
+        command_id = uuid.uuid4().hex
+        rec = c.submitted(cmd, command_id=command_id, space=SPACE, principal="alice", now=_now())
+        await self._send("workflow.commands", c.key_of(cmd), rec)
+        return command_id
+
+    async def decided(self, cmd: c.WorkflowCommand, timeout: float = 30) -> r.CommandDecided:
+        command_id = await self.submit(cmd)
+        return await until(lambda: self.log.decision(command_id), timeout)
+
+    async def create(self, iid: str, params: Any = None) -> r.CommandDecided:
+        return await self.decided(c.CreateInstance(self.workflow_uid, iid, params))
+
+    async def event(self, iid: str, type_: str, payload: Any = None) -> r.CommandDecided:
+        return await self.decided(c.SendEvent(self.workflow_uid, iid, type_, payload))
+
+    async def status(self, iid: str, *wanted: str, timeout: float = 60) -> str:
+        return await until(lambda: s if (s := self.log.status(iid)) in wanted else None, timeout)
+
+
+async def until(probe: Any, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        await asyncio.sleep(0.05)
+    raise TimeoutError("condition not met in time")
+
+
+async def _tail(settings: Settings, log: Log) -> None:
+    consumer = AIOKafkaConsumer(
+        settings.topic("workflow"),
+        bootstrap_servers=settings.kafka_bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        while True:
+            for messages in (await consumer.getmany(timeout_ms=100)).values():
+                log.records += [codec.decode(m.value) for m in messages]
+    finally:
+        await consumer.stop()
+
+
+@contextlib.asynccontextmanager
+async def engine_bench(settings: Settings, limits: d.Limits | None = None) -> AsyncIterator[tuple[Bench, Engine]]:
+    await ensure_topics(settings)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    await producer.start()
+    log = Log()
+    engine = Engine(settings, limits or d.Limits())
+    tasks = [asyncio.create_task(engine.run()), asyncio.create_task(_tail(settings, log))]
+    try:
+        yield Bench(settings, producer, log), engine
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await producer.stop()

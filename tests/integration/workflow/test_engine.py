@@ -1,0 +1,58 @@
+"""The workflow engine on the real broker with real JS workflow classes."""
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from engine_kit import Bench, engine_bench
+from hostkit import new_settings
+
+from sumi.core import records as r
+from sumi.workflow import _decide as d
+from sumi.workflow.engine import Engine
+
+pytestmark = pytest.mark.integration
+
+FLOW = """
+export class Flow {
+  constructor(env) { this.env = env; }
+  async run(event, step) {
+    const a = await step.do('a', async () => ({ n: event.params.n + 1 }));
+    await step.sleep('nap', 1);
+    const e = await step.waitForEvent('w', { type: 'go', timeoutSeconds: 60 });
+    let caught = null;
+    try {
+      await step.do('b', async () => { throw new Error('flaky'); }, { maxAttempts: 2 });
+    } catch (err) { caught = err.name; }
+    return { a: a.n, e: e ?? null, caught };
+  }
+}
+"""
+
+
+@pytest.fixture
+async def bench(kafka_bootstrap: str, database_url: str) -> AsyncIterator[tuple[Bench, Engine]]:
+    settings = new_settings(kafka_bootstrap, database_url)
+    async with engine_bench(settings, d.Limits(always_replay=False)) as pair:
+        yield pair
+
+
+async def test_an_instance_runs_through_do_sleep_wait_and_retry(bench: tuple[Bench, Engine]) -> None:
+    # WF-29, WF-36, WF-40, WF-41, WF-42, WF-43, WF-45, WF-46
+    b, _ = bench
+    await b.deploy(FLOW)
+    iid = f"i-{uuid.uuid4().hex[:6]}"
+    created = await b.create(iid, {"n": 1})
+    assert created.accepted and created.status == 201
+    assert await b.status(iid, "waiting") == "waiting"
+    sent = await b.event(iid, "go", {"ok": True})
+    assert sent.accepted and sent.status == 202
+    assert await b.status(iid, "complete", "errored") == "complete"
+    (done,) = [x for x in b.log.of(iid, r.InstanceStatusChanged) if x.status == "complete"]
+    assert done.output == '{"a":2,"caught":"step_failed","e":{"ok":true}}'
+    statuses = [x.status for x in b.log.of(iid, r.InstanceStatusChanged)]
+    assert statuses[:3] == ["running", "sleeping", "running"] and "waiting" in statuses
+    attempts = [(x.name, x.attempt, x.ok) for x in b.log.of(iid, r.StepAttemptCommitted)]
+    assert attempts == [("a", 1, True), ("nap", 1, True), ("w", 1, True), ("b", 1, False), ("b", 2, False)]
+    again = await b.create(iid)
+    assert not again.accepted and again.status == 409  # WF-19
