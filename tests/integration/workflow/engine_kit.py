@@ -148,13 +148,18 @@ async def _tail(settings: Settings, log: Log) -> None:
 
 
 @contextlib.asynccontextmanager
-async def engine_bench(settings: Settings, limits: d.Limits | None = None) -> AsyncIterator[tuple[Bench, Engine]]:
+async def engine_bench(
+    settings: Settings, limits: d.Limits | None = None, in_process: bool = True
+) -> AsyncIterator[tuple[Bench, Engine]]:
+    """A Bench, and an engine in this process (unless `in_process` is False: the test runs its own)."""
     await ensure_topics(settings)
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
     await producer.start()
     log = Log()
     engine = Engine(settings, limits or d.Limits())
-    tasks = [asyncio.create_task(engine.run()), asyncio.create_task(_tail(settings, log))]
+    tasks = [asyncio.create_task(_tail(settings, log))]
+    if in_process:
+        tasks.append(asyncio.create_task(engine.run()))
     try:
         yield Bench(settings, producer, log), engine
     finally:
