@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sumi.core import ids
 from sumi.queue._control import Code
+from sumi.queue._runs import sent
 from sumi.runtime import EnvSpec, HostError, Module
 from sumi.runtime.allocation import pick_version
 from sumi.runtime.types import StepRecord, WorkflowInvocation, WorkflowOutcome
@@ -120,8 +121,16 @@ class ContextRun:
     # ---- host calls ---------------------------------------------------------------------
 
     async def call(self, context_id: str, method: str, args: dict[str, Any]) -> Any:
+        code = self.engine.control.code(self.inst.version_uid or "")
         if method.startswith("workflow."):
-            return await self.engine.bindings.call(self.engine.control.code(self.inst.version_uid or ""), method, args)
+            return await self.engine.bindings.call(code, method, args)
+        if method == "queue.send" and code is not None:  # an effect's send: at least once (WF-41)
+            records = sent(self.engine.control.table, code, args, self.engine.now(), _new_msg_id)
+            try:
+                await self.engine.emit(self.key, records)
+            except Exception as exc:
+                raise HostError("backend_unavailable", "the messages could not be committed") from exc
+            return None
         if self.stopping or self.closed:
             raise HostError("fenced", "this execution context is being stopped")
         decision = d.call(self.inst, self.token, method, args, self.engine.now(), self.engine.limits)
@@ -135,3 +144,7 @@ class ContextRun:
         if decision.error is not None:
             raise HostError(*decision.error)
         return decision.reply
+
+
+def _new_msg_id(prefix: str) -> str:
+    return f"{prefix}_{ids.new_ulid()}"

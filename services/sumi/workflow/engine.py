@@ -78,6 +78,7 @@ class Engine:
         self.control = WorkflowControl()
         self.bindings = Bindings(self)
         self.due: list[tuple[int, str]] = []
+        self.armed: dict[str, int] = {}  # the due time each instance has in `due`
         self.runnable: set[str] = set()
         self.blocked: set[str] = set()  # runnable, but no usable Version right now
         self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance]]] = {}
@@ -108,18 +109,23 @@ class Engine:
             return
         if inst.purged:
             self.instances.pop(key, None)
+            self.armed.pop(key, None)
             return
         self.instances[key] = inst
         due = d.next_due(inst, self.limits)
-        if due is not None:
+        if due is not None and self.armed.get(key) != due:  # one heap entry per due time, not per record
+            self.armed[key] = due
             heapq.heappush(self.due, (due, key))
 
     def emit(self, key: str, records: list[Any]) -> "asyncio.Future[None]":
         """Fold now, commit in order; the future resolves once the transaction holding them committed."""
-        outs = []
+        outs: list[tuple[str, str, Any]] = []
         for rec in records:
             if isinstance(rec, r.CommandSubmitted):  # to the control plane (observe, report)
                 outs.append((self.settings.topic("commands"), rec.space, rec))
+                continue
+            if isinstance(rec, r.MessageAccepted):  # a queue binding's send from a run
+                outs.append((self.settings.topic("queue"), rec.queueUid, rec))
                 continue
             self.fold(key, rec)
             outs.append((self.settings.topic("workflow"), key, rec))
@@ -261,7 +267,9 @@ class Engine:
         """Decide everything that is due now; return when to look again."""
         now = self.now()
         while self.due and self.due[0][0] <= now:
-            _, key = heapq.heappop(self.due)
+            at, key = heapq.heappop(self.due)
+            if self.armed.get(key) == at:
+                del self.armed[key]
             inst = self.instances.get(key)
             due = d.next_due(inst, self.limits) if inst is not None else None
             if inst is None or due is None or due > now:

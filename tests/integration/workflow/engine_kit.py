@@ -16,7 +16,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
+from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, QUEUE, WORKER_DEPLOYMENT, WORKER_VERSION
 from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.config import Settings
@@ -26,6 +26,7 @@ from sumi.workflow import commands as c
 from sumi.workflow.engine import Engine
 
 SPACE = "demo"
+TERMINAL = ("complete", "errored", "terminated")
 
 
 def _now() -> int:
@@ -37,6 +38,30 @@ class Log:
     """Every record of the instance log, read as it commits."""
 
     records: list[Any] = field(default_factory=list)
+    latest: dict[str, str] = field(default_factory=dict)  # instance ID -> its last status
+    decisions: dict[str, r.CommandDecided] = field(default_factory=dict)
+    ends: dict[str, "asyncio.Future[str]"] = field(default_factory=dict)  # instance ID -> its terminal status
+
+    def ended(self, iid: str) -> "asyncio.Future[str]":
+        """Resolves with the instance's terminal status once it is readable."""
+        fut = self.ends.get(iid)
+        if fut is None:
+            fut = self.ends[iid] = asyncio.get_running_loop().create_future()
+            if self.latest.get(iid) in TERMINAL:
+                fut.set_result(self.latest[iid])
+        return fut
+
+    def add(self, rec: Any) -> None:
+        self.records.append(rec)
+        if isinstance(rec, r.InstanceCreated):
+            self.latest[rec.instanceId] = "queued"
+        elif isinstance(rec, r.InstanceStatusChanged):
+            self.latest[rec.instanceId] = rec.status
+            fut = self.ends.get(rec.instanceId)
+            if rec.status in TERMINAL and fut is not None and not fut.done():
+                fut.set_result(rec.status)
+        elif isinstance(rec, r.CommandDecided):
+            self.decisions[rec.commandId] = rec
 
     def of(self, iid: str, kind: type | None = None) -> list[Any]:
         return [
@@ -44,11 +69,10 @@ class Log:
         ]
 
     def status(self, iid: str) -> str | None:
-        changes = self.of(iid, r.InstanceStatusChanged)
-        return changes[-1].status if changes else ("queued" if self.of(iid, r.InstanceCreated) else None)
+        return self.latest.get(iid)
 
     def decision(self, command_id: str) -> r.CommandDecided | None:
-        return next((x for x in self.records if isinstance(x, r.CommandDecided) and x.commandId == command_id), None)
+        return self.decisions.get(command_id)
 
 
 class Bench:
@@ -57,6 +81,7 @@ class Bench:
         self.producer = producer
         self.log = log
         self.workflow_uid = ""
+        self.queue_uid = ""
 
     async def _send(self, topic: str, key: str, rec: Any) -> None:
         await self.producer.send_and_wait(
@@ -66,19 +91,27 @@ class Bench:
             partition=partition_for(key, self.settings.partitions),
         )
 
-    async def deploy(self, js: str, class_name: str = "Flow", runtime: str = "javascript") -> str:
-        """Worker, Version (verified, exporting the class), Deployment and Workflow, all active."""
+    async def deploy(
+        self, js: str, class_name: str = "Flow", runtime: str = "javascript", queue_binding: str | None = None
+    ) -> str:
+        """Worker, Version (verified, exporting the class), Deployment and Workflow, all active; with
+        `queue_binding`, an AtLeastOnceQueue bound to the Version under that name (its UID: `self.queue_uid`)."""
         tag = uuid.uuid4().hex[:8]
-        worker, version, dep, wf = (f"res_{p}{tag}" for p in ("w", "v", "d", "f"))
+        worker, version, dep, wf, queue = (f"res_{p}{tag}" for p in ("w", "v", "d", "f", "q"))
         main = "worker.js" if runtime == "javascript" else "worker.py"
-        specs = [
+        version_spec: dict[str, Any] = {
+            "worker": {"resourceUid": worker},
+            "mainModule": main,
+            "modules": [{"name": main, "content": js}],
+        }
+        specs: list[tuple[str, str, dict[str, Any], Any]] = []
+        if queue_binding:
+            specs.append((queue, QUEUE, {"retentionSeconds": 86400}, None))
+            version_spec["queueBindings"] = [{"name": queue_binding, "queue": {"resourceUid": queue}}]
+            self.queue_uid = queue
+        specs += [
             (worker, MODULE_WORKER, {"runtime": runtime}, None),
-            (
-                version,
-                WORKER_VERSION,
-                {"worker": {"resourceUid": worker}, "mainModule": main, "modules": [{"name": main, "content": js}]},
-                {"verified": True, "workflowClasses": [class_name]},
-            ),
+            (version, WORKER_VERSION, version_spec, {"verified": True, "workflowClasses": [class_name]}),
             (
                 dep,
                 WORKER_DEPLOYMENT,
@@ -126,7 +159,7 @@ async def until(probe: Any, timeout: float = 30) -> Any:
         value = probe()
         if value:
             return value
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.002)
     raise TimeoutError("condition not met in time")
 
 
@@ -142,21 +175,22 @@ async def _tail(settings: Settings, log: Log) -> None:
     try:
         while True:
             for messages in (await consumer.getmany(timeout_ms=100)).values():
-                log.records += [codec.decode(m.value) for m in messages]
+                for m in messages:
+                    log.add(codec.decode(m.value))
     finally:
         await consumer.stop()
 
 
 @contextlib.asynccontextmanager
 async def engine_bench(
-    settings: Settings, limits: d.Limits | None = None, in_process: bool = True
+    settings: Settings, limits: d.Limits | None = None, in_process: bool = True, engine_cls: type[Engine] = Engine
 ) -> AsyncIterator[tuple[Bench, Engine]]:
     """A Bench, and an engine in this process (unless `in_process` is False: the test runs its own)."""
     await ensure_topics(settings)
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
     await producer.start()
     log = Log()
-    engine = Engine(settings, limits or d.Limits())
+    engine = engine_cls(settings, limits or d.Limits())
     tasks = [asyncio.create_task(_tail(settings, log))]
     if in_process:
         tasks.append(asyncio.create_task(engine.run()))
