@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "integration" / "workflow"))
 
-from engine_kit import Bench, engine_bench  # noqa: E402
+from engine_kit import Bench, engine_bench, engine_process  # noqa: E402
 from hostkit import new_settings  # noqa: E402
 
 from sumi.core import records as r  # noqa: E402
@@ -113,11 +113,6 @@ async def sumi_run(b: Bench, n: int, concurrency: int, name: str = "sumi") -> di
     span = (max(first_context) - min(first_context)) / 1000 if len(first_context) > 1 else elapsed
     del t_start
     return figures(f"{name} c={concurrency}", n, elapsed, max(span, 1e-3) * n / max(n - 1, 1), lat)
-
-
-def engine_process(settings: Any) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **settings.to_env()}
-    return subprocess.Popen([sys.executable, "-m", "sumi.cli", "serve", "workflow"], env=env, start_new_session=True)
 
 
 async def sumi_bench(kafka: str, db: str) -> list[dict[str, Any]]:

@@ -9,20 +9,18 @@ import asyncio
 import collections
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.config import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "workflow"))
-from engine_kit import engine_bench  # noqa: E402
+from engine_kit import engine_bench, engine_process, reader  # noqa: E402
 from hostkit import new_settings  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -57,11 +55,6 @@ export class Proof {
 """
 
 
-def engine_process(settings: Settings) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **settings.to_env()}
-    return subprocess.Popen([sys.executable, "-m", "sumi.cli", "serve", "workflow"], env=env, start_new_session=True)
-
-
 def children(pid: int) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):
@@ -76,13 +69,7 @@ def children(pid: int) -> list[int]:
 
 
 async def effects(settings: Settings, queue_uid: str) -> collections.Counter[str]:
-    consumer = AIOKafkaConsumer(
-        settings.topic("queue"),
-        bootstrap_servers=settings.kafka_bootstrap,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-    )
+    consumer = reader(settings, "queue")
     await consumer.start()
     seen: collections.Counter[str] = collections.Counter()
     try:

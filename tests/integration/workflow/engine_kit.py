@@ -8,6 +8,9 @@ through the engine's own command topic, exactly as the gateway does."""
 import asyncio
 import contextlib
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -92,10 +95,16 @@ class Bench:
         )
 
     async def deploy(
-        self, js: str, class_name: str = "Flow", runtime: str = "javascript", queue_binding: str | None = None
+        self,
+        js: str,
+        class_name: str = "Flow",
+        runtime: str = "javascript",
+        queue_binding: str | None = None,
+        binding: str | None = None,
     ) -> str:
         """Worker, Version (verified, exporting the class), Deployment and Workflow, all active; with
-        `queue_binding`, an AtLeastOnceQueue bound to the Version under that name (its UID: `self.queue_uid`)."""
+        `queue_binding`, an AtLeastOnceQueue bound to the Version under that name (its UID: `self.queue_uid`);
+        with `binding`, the Workflow itself bound to the Version under that name (a Caller Binding)."""
         tag = uuid.uuid4().hex[:8]
         worker, version, dep, wf, queue = (f"res_{p}{tag}" for p in ("w", "v", "d", "f", "q"))
         main = "worker.js" if runtime == "javascript" else "worker.py"
@@ -104,6 +113,8 @@ class Bench:
             "mainModule": main,
             "modules": [{"name": main, "content": js}],
         }
+        if binding:
+            version_spec["workflowBindings"] = [{"name": binding, "resource": {"resourceUid": wf}}]
         specs: list[tuple[str, str, dict[str, Any], Any]] = []
         if queue_binding:
             specs.append((queue, QUEUE, {"retentionSeconds": 86400}, None))
@@ -163,14 +174,24 @@ async def until(probe: Any, timeout: float = 30) -> Any:
     raise TimeoutError("condition not met in time")
 
 
-async def _tail(settings: Settings, log: Log) -> None:
-    consumer = AIOKafkaConsumer(
-        settings.topic("workflow"),
+def engine_process(settings: Settings) -> "subprocess.Popen[bytes]":
+    """`sumi serve workflow` as its own process, as the supervisor starts it."""
+    env = {**os.environ, **settings.to_env()}
+    return subprocess.Popen([sys.executable, "-m", "sumi.cli", "serve", "workflow"], env=env, start_new_session=True)
+
+
+def reader(settings: Settings, topic: str) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(
+        settings.topic(topic),
         bootstrap_servers=settings.kafka_bootstrap,
         isolation_level="read_committed",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
     )
+
+
+async def _tail(settings: Settings, log: Log) -> None:
+    consumer = reader(settings, "workflow")
     await consumer.start()
     try:
         while True:

@@ -4,15 +4,12 @@ resumed, commits nothing (WF-14, WF-46)."""
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
-from engine_kit import engine_bench, until
+from engine_kit import engine_bench, engine_process, until
 from hostkit import new_settings
 
 from sumi.core import records as r
-from sumi.core.config import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -28,11 +25,6 @@ export class Flow {
   }
 }
 """
-
-
-def engine_process(settings: Settings) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **settings.to_env()}
-    return subprocess.Popen([sys.executable, "-m", "sumi.cli", "serve", "workflow"], env=env, start_new_session=True)
 
 
 async def test_a_paused_engine_commits_nothing_after_a_new_owner_took_over(
