@@ -331,6 +331,19 @@ class InstancesPurged:
     operationId: str | None = None
 
 
+@dataclass(frozen=True)
+class RecordQuarantined:
+    processor: str
+    sourceTopic: str
+    partition: int
+    offset: int
+    reason: str
+    detail: str
+    at: int
+    value: bytes | None = None
+    key: bytes | None = None
+
+
 Record = (
     CommandSubmitted
     | CommandDecided
@@ -363,6 +376,7 @@ Record = (
     | InstanceStatusChanged
     | InstancePurged
     | InstancesPurged
+    | RecordQuarantined
 )
 
 RECORD_TYPES: dict[str, type] = {
@@ -399,5 +413,6 @@ RECORD_TYPES: dict[str, type] = {
         InstanceStatusChanged,
         InstancePurged,
         InstancesPurged,
+        RecordQuarantined,
     )
 }

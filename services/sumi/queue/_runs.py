@@ -110,7 +110,7 @@ class BatchRun:
         if code is None:
             await self.committed
             return "threw", "the picked Version is gone"
-        warm = self.engine.contexts.take((self.consumer_uid, code.version_uid))
+        warm = self.engine.contexts.take((self.consumer_uid, code.uid))
         if warm is not None:
             self.ctx = warm
             await self.committed  # QC-43: recorded before the handler starts
@@ -215,9 +215,10 @@ def sent(control: Any, code: Code, args: dict[str, Any], now: int, new_id: Any) 
         if len(body) > MAX_BODY:
             raise HostError("message_too_large", f"a body is limited to {MAX_BODY} bytes")
         delay = int(m.get("delaySeconds") or 0)
-        accepted_by = f"worker:{code.version_uid}"
+        accepted_by = f"worker:{code.uid}"
+        # a binding names a queue of the Version's own Space (resolve)
         records.append(
-            r.MessageAccepted(queue.uid, queue.space, new_id("msg"), body, now, now + delay * 1000, accepted_by)
+            r.MessageAccepted(queue.uid, code.space, new_id("msg"), body, now, now + delay * 1000, accepted_by)
         )
     return records
 

@@ -42,7 +42,10 @@ class HostError(Exception):
 class Limits:
     cpu_ms: int = 30_000
     heap_mb: int = 128
-    wall_ms: int | None = None  # optional bound on one invocation's elapsed time
+    # Bound on one invocation's elapsed time. A handler awaiting a promise that
+    # never settles would otherwise hold its batch (and its context) forever;
+    # 15 minutes is the wall-clock limit Cloudflare gives a queue consumer.
+    wall_ms: int = 900_000
 
     def to_wire(self) -> dict[str, Any]:
         return {"cpuMs": self.cpu_ms, "heapMb": self.heap_mb, "wallMs": self.wall_ms}

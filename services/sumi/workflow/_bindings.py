@@ -11,10 +11,10 @@ the WF codes. A binding names a DurableWorkflow of the calling Version's
 import json
 from typing import TYPE_CHECKING, Any
 
+from sumi.control.state import VersionView
 from sumi.core import ids
 from sumi.core.problems import Problem
 from sumi.core.topics import instance_key
-from sumi.queue._control import Code
 from sumi.runtime import HostError
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
@@ -27,12 +27,12 @@ class Bindings:
     def __init__(self, engine: "Engine") -> None:
         self.engine = engine
 
-    async def call(self, code: Code | None, method: str, args: dict[str, Any]) -> Any:
-        uid = self.engine.control.workflow_bindings(code.version_uid).get(str(args.get("binding"))) if code else None
+    async def call(self, code: VersionView | None, method: str, args: dict[str, Any]) -> Any:
+        uid = code.workflow_bindings.get(str(args.get("binding"))) if code else None
         wf = self.engine.control.workflow(uid) if uid else None
         if code is None or wf is None:
             raise HostError("backend_unavailable", "the bound Workflow is not available")
-        caller = d.Caller(ids.new_ulid(), wf.space, f"worker:{code.version_uid}", method)
+        caller = d.Caller(ids.new_ulid(), wf.space, f"worker:{code.uid}", method)
         try:
             return await self._call(wf.uid, caller, method, args)
         except Problem as problem:

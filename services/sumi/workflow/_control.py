@@ -1,44 +1,45 @@
 """What the workflow engine asks the control log: its Workflows, their worker's allocation, the code.
 
-Questions only, over the one existing fold of the control log the engines share
-(today `sumi.queue._control.ControlTable`; the public control fold of the "One
-house" issue replaces it here and nowhere else). Pure.
+Questions only, over the one public fold of the control log (`sumi.control.state`),
+which the engine folds from every partition (every Space). Pure.
 """
 
-from dataclasses import dataclass
+from sumi.control.forms import ResourceView
+from sumi.control.forms.names import QUEUE
+from sumi.control.state import (
+    LIVE,
+    ControlState,
+    VersionView,
+    WorkflowView,
+    evolve,
+    serving_allocation,
+    version,
+    workflows,
+)
+from sumi.core import records as r
+from sumi.workflow import _decide as d
 
-from sumi.control.forms.names import DURABLE_WORKFLOW, WORKER_VERSION
-from sumi.queue._control import LIVE, Code, ControlTable
-from sumi.workflow._decide import WorkflowView
-
-
-@dataclass(frozen=True)
-class Workflow:
-    uid: str
-    space: str
-    worker: str
-    class_name: str
-    state: str
+Workflow = WorkflowView
 
 
 class WorkflowControl:
-    def __init__(self, table: ControlTable | None = None) -> None:
-        self.table = table or ControlTable()
+    def __init__(self) -> None:
+        self.state = ControlState()
 
-    def fold(self, rec: object) -> None:
-        self.table.fold(rec)
+    def fold(self, rec: r.Record) -> None:
+        evolve(self.state, rec)
 
     def workflow(self, uid: str) -> Workflow | None:
-        res = self.table.resources.get(uid)
-        if res is None or res.form != DURABLE_WORKFLOW:
+        space = self.state.space_of(uid)
+        if space is None:
             return None
-        return Workflow(uid, res.space, res.spec["worker"]["resourceUid"], res.spec["className"], res.state)
+        return next((w for w in workflows(self.state, space.name) if w.uid == uid), None)
 
     def workflows(self) -> list[Workflow]:
-        return [w for uid in list(self.table.resources) if (w := self.workflow(uid)) is not None]
+        return workflows(self.state)
 
     def allocation(self, wf: Workflow) -> list[tuple[str, int]]:
-        return self.table.allocation(wf.worker)
+        return serving_allocation(self.state, wf.worker) if wf.worker else []
 
     def ready(self, wf: Workflow) -> bool:
         """WF-3, WF-9: live, and every weighted Version verified with the class exported."""
@@ -46,28 +47,26 @@ class WorkflowControl:
         if wf.state not in LIVE or not allocation:
             return False
         for uid, _ in allocation:
-            v = self.table.resources.get(uid)
-            seen = (v.observed or {}) if v is not None and v.form == WORKER_VERSION else {}
-            if seen.get("verified") is not True or wf.class_name not in (seen.get("workflowClasses") or ()):
+            v = version(self.state, uid)
+            if v is None or not v.verified or wf.class_name not in v.workflow_classes:
                 return False
         return True
 
-    def view(self, uid: str) -> WorkflowView:
+    def view(self, uid: str) -> d.WorkflowView:
         wf = self.workflow(uid)
         if wf is None:
-            return WorkflowView(exists=False)
-        return WorkflowView(True, wf.space, self.ready(wf), closed=wf.state == "deleting")
+            return d.WorkflowView(exists=False)
+        return d.WorkflowView(True, wf.space, self.ready(wf), closed=wf.state == "deleting")
 
     def deleting(self, uid: str) -> str | None:
         """The ID of the Workflow's unfinished delete Operation, once the control plane started it."""
-        op = self.table.unfinished_delete(uid)
-        return op.id if op is not None and op.state != "pending" else None
+        space = self.state.space_of(uid)
+        op = space.unfinished_operation(uid) if space is not None else None
+        return op.id if op is not None and op.kind == "delete" and op.state != "pending" else None
 
-    def code(self, version_uid: str) -> Code | None:
-        return self.table.code(version_uid)
+    def code(self, version_uid: str) -> VersionView | None:
+        return version(self.state, version_uid)
 
-    def workflow_bindings(self, version_uid: str) -> dict[str, str]:
-        v = self.table.resources.get(version_uid)
-        if v is None:
-            return {}
-        return {b["name"]: b["resource"]["resourceUid"] for b in v.spec.get("workflowBindings") or []}
+    def queue(self, uid: str) -> ResourceView | None:
+        res = self.state.resource(uid)
+        return res if res is not None and res.form == QUEUE else None

@@ -12,8 +12,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from sumi.control.state import VersionView
 from sumi.core import ids
-from sumi.queue._control import Code
 from sumi.queue._runs import sent
 from sumi.runtime import EnvSpec, HostError, Module
 from sumi.runtime.allocation import pick_version
@@ -93,11 +93,11 @@ class ContextRun:
         await self._start_ctx(code, committed)
         if self.stopping:
             return WorkflowOutcome("stopped", reason="stopped")
-        env = EnvSpec(code.vars, list(code.queue_bindings), list(self.engine.control.workflow_bindings(version)))
+        env = EnvSpec(code.vars, list(code.queue_bindings), list(code.workflow_bindings))
         result: WorkflowOutcome = await self.ctx.invoke_workflow(invocation(self.inst, self.class_name), env, self.call)
         return result
 
-    async def _start_ctx(self, code: Code, committed: "asyncio.Future[None]") -> None:
+    async def _start_ctx(self, code: VersionView, committed: "asyncio.Future[None]") -> None:
         """A fresh context (never pooled: WF-32), started while the context start commits."""
         rt = await self.engine.runtime(code.runtime)
         starting = asyncio.ensure_future(
@@ -125,7 +125,7 @@ class ContextRun:
         if method.startswith("workflow."):
             return await self.engine.bindings.call(code, method, args)
         if method == "queue.send" and code is not None:  # an effect's send: at least once (WF-41)
-            records = sent(self.engine.control.table, code, args, self.engine.now(), _new_msg_id)
+            records = sent(self.engine.control, code, args, self.engine.now(), _new_msg_id)
             try:
                 await self.engine.emit(self.key, records)
             except Exception as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,12 +54,19 @@ class StepHost:
             reply = self.methods.get(method, _DEFAULT_BINDING.get(method))
         if callable(reply):
             reply = reply(args)
+        if inspect.isawaitable(reply):
+            reply = await reply
         if isinstance(reply, HostError):
             raise reply
         return reply
 
     def steps_called(self) -> list[tuple[str, str]]:
         return [(m, a["name"]) for m, a in self.calls if m.startswith("step.")]
+
+
+def slow(reply: dict[str, Any], seconds: float = 0.2) -> Callable[[dict[str, Any]], Any]:
+    """A reply that arrives late (after the code could have moved on)."""
+    return lambda args: asyncio.sleep(seconds, reply)
 
 
 def done(name: str, kind: str = "do", result: Any = None) -> StepRecord:

@@ -28,10 +28,15 @@
 //   the call has (WF-36 names only unfinished names for the kind check).
 // - The effect's result travels as the document checker's canonical JSON,
 //   parsed back here: the run sees the same value live and on replay.
+// Worker code runs in this realm and may have patched prototypes: objects are
+// built as literals (never by assignment, which would run setters), lists are
+// walked by index, values from worker code and Host replies are read as own
+// data properties, and documents are copied through the document checker
+// (which reads descriptors), never through JSON.stringify (which runs toJSON).
 (function () {
   'use strict';
   const { apply } = Reflect;
-  const { freeze, keys, getPrototypeOf, create } = Object;
+  const { freeze, keys, getOwnPropertyDescriptor } = Object;
   const { parse: jsonParse, stringify: jsonStringify } = JSON;
   const { isInteger } = Number;
   const charCodeAt = String.prototype.charCodeAt;
@@ -59,7 +64,19 @@
   const CREATE_KEYS = ['id', 'params'];
   const EVENT_KEYS = ['type', 'payload'];
 
-  const hasOwn = (o, k) => apply(Object.prototype.hasOwnProperty, o, [k]);
+  const ObjectHasOwn = Object.hasOwn;
+  const hasOwn = (o, k) => ObjectHasOwn(o, k);
+  // An own data property's value, or undefined: no getter and no prototype is consulted.
+  const own = (o, k) => {
+    if (typeof o !== 'object' || o === null) return undefined;
+    const d = getOwnPropertyDescriptor(o, k);
+    return d !== undefined && ObjectHasOwn(d, 'value') ? d.value : undefined;
+  };
+  // Fails with a TypeError naming the first key of `o` not in `allowed`.
+  function onlyKeys(o, allowed, what) {
+    const ks = keys(o);
+    for (let i = 0; i < ks.length; i++) if (!has(allowed, ks[i])) throw new _TypeError(`${what} "${ks[i]}"`);
+  }
   const has = (list, k) => {
     for (let i = 0; i < list.length; i++) if (list[i] === k) return true;
     return false;
@@ -84,13 +101,20 @@
   }
   const isObject = (v) => typeof v === 'object' && v !== null;
   const intIn = (v, lo, hi) => typeof v === 'number' && isInteger(v) && v >= lo && v <= hi;
-  const fresh = (doc) => (doc === undefined || doc === null ? undefined : jsonParse(jsonStringify(doc)));
 
   return function installWorkflow(deps) {
     // deps: { hostCall(method, args) -> Promise, makeHostError(name, message), checkDocument(value),
     //         describe(error) -> {name, message} }
     const { hostCall, makeHostError, checkDocument, describe } = deps;
     const typeError = (message) => new _TypeError(message);
+    // The canonical JSON of a document from a Host reply or the history; undefined for none (DOC-5).
+    const canonicalOf = (doc) => {
+      if (doc === undefined || doc === null) return undefined;
+      const r = checkDocument(doc);
+      return r.ok ? r.canonical : undefined;
+    };
+    const parsed = (canonical) => (canonical === undefined ? undefined : jsonParse(canonical));
+    const fresh = (doc) => parsed(canonicalOf(doc));
 
     // WF-44: the step API's own Host Errors. Only these count for step_failed (WF-45);
     // the mark is private to this closure and to this context's realm.
@@ -126,24 +150,26 @@
         id,
         status() {
           return apply(PromiseThen, call('workflow.status', base()), [(r) => {
-            const out = { status: String(r && r.status) };
-            if (isObject(r) && r.output !== undefined && r.output !== null) out.output = r.output;
-            if (isObject(r) && isObject(r.error)) {
-              const error = { reason: String(r.error.reason) };
-              if (r.error.message !== undefined && r.error.message !== null) error.message = String(r.error.message);
-              out.error = error;
-            }
-            return out;
+            const output = fresh(own(r, 'output'));
+            const error = own(r, 'error');
+            const message = own(error, 'message');
+            return {
+              status: String(own(r, 'status')),
+              ...(output !== undefined ? { output } : {}),
+              ...(isObject(error) ? {
+                error: { reason: String(own(error, 'reason')), ...(typeof message === 'string' ? { message } : {}) },
+              } : {}),
+            };
           }]);
         },
         sendEvent(input) {
           try {
             if (!isObject(input)) throw typeError('sendEvent: expects an object {type, payload?}');
-            for (const k of keys(input)) if (!has(EVENT_KEYS, k)) throw typeError(`sendEvent: unknown key "${k}"`);
-            if (!scalarName(input.type)) throw typeError('sendEvent: type must be a string of 1..256 Unicode scalar values');
-            const args = { ...base(), type: input.type };
-            if (input.payload !== undefined) args.payload = checkedDocument(input.payload, 'sendEvent payload');
-            return voidCall('workflow.sendEvent', args);
+            onlyKeys(input, EVENT_KEYS, 'sendEvent: unknown key');
+            const { type, payload } = input;
+            if (!scalarName(type)) throw typeError('sendEvent: type must be a string of 1..256 Unicode scalar values');
+            const doc = payload === undefined ? {} : { payload: checkedDocument(payload, 'sendEvent payload') };
+            return voidCall('workflow.sendEvent', { binding, id, type, ...doc });
           } catch (e) {
             return promiseReject(e);
           }
@@ -153,19 +179,22 @@
     }
 
     function makeBinding(binding) {
-      const instance = (r) => makeInstance(binding, String(r && r.id));
+      const instance = (r) => makeInstance(binding, String(own(r, 'id')));
       return freeze({
         create(input) {
           try {
             if (input !== undefined && !isObject(input)) throw typeError('create: expects an object {id?, params?}');
             const opts = input || {};
-            for (const k of keys(opts)) if (!has(CREATE_KEYS, k)) throw typeError(`create: unknown key "${k}"`);
-            const args = { binding };
-            if (opts.id !== undefined) {
-              if (!scalarName(opts.id)) throw typeError('create: id must be a string of 1..256 Unicode scalar values');
-              args.id = opts.id;
+            onlyKeys(opts, CREATE_KEYS, 'create: unknown key');
+            const { id, params } = opts;
+            if (id !== undefined && !scalarName(id)) {
+              throw typeError('create: id must be a string of 1..256 Unicode scalar values');
             }
-            if (opts.params !== undefined) args.params = checkedDocument(opts.params, 'create params');
+            const args = {
+              binding,
+              ...(id !== undefined ? { id } : {}),
+              ...(params !== undefined ? { params: checkedDocument(params, 'create params') } : {}),
+            };
             return apply(PromiseThen, call('workflow.create', args), [instance]);
           } catch (e) {
             return promiseReject(e);
@@ -187,9 +216,12 @@
         halted = true;
         done(outcome);
       };
+      // inv was parsed from the Host's frame in this realm: plain data, read as own properties.
       const completed = new _Map();
-      for (const name of keys(inv.completed || {})) apply(MapSet, completed, [name, inv.completed[name]]);
-      const pendingKinds = inv.pendingKinds || {};
+      const history = own(inv, 'completed') || {};
+      const names = keys(history);
+      for (let i = 0; i < names.length; i++) apply(MapSet, completed, [names[i], own(history, names[i])]);
+      const pendingKinds = own(inv, 'pendingKinds') || {};
       let active = null; // the one unsettled live step: {name, kind}
 
       // WF-35: uncatchable. The caller gets a Promise that never settles, the outcome is reported.
@@ -206,10 +238,14 @@
         settleFn(value);
       }
 
+      // record: {ok, result?, error?} from the history, or {ok, canonical?, error?} settled in this context.
       function replay(record) {
-        if (record.ok) return promiseResolve(fresh(record.result));
-        const error = record.error || {};
-        return promiseReject(stepError(String(error.name || 'step_failed'), String(error.message || '')));
+        if (own(record, 'ok') === true) {
+          const canonical = own(record, 'canonical');
+          return promiseResolve(typeof canonical === 'string' ? jsonParse(canonical) : fresh(own(record, 'result')));
+        }
+        const error = own(record, 'error');
+        return promiseReject(stepError(String(own(error, 'name') || 'step_failed'), String(own(error, 'message') || '')));
       }
 
       // The checks every step call makes, in the order WF-34..37 give. Returns a Promise to hand
@@ -219,27 +255,35 @@
         if (!scalarName(name)) return promiseReject(typeError(`step.${kind === 'wait' ? 'waitForEvent' : kind}: name must be a string of 1..256 Unicode scalar values`));
         if (active !== null) return mismatch(`step "${name}" started while step "${active.name}" is unsettled`);
         if (apply(MapHas, completed, [name])) return replay(apply(MapGet, completed, [name]));
-        if (hasOwn(pendingKinds, name) && pendingKinds[name] !== kind) {
-          return mismatch(`step "${name}" was a ${pendingKinds[name]} step and is now used as ${kind}`);
+        const prior = own(pendingKinds, name);
+        if (prior !== undefined && prior !== kind) {
+          return mismatch(`step "${name}" was a ${prior} step and is now used as ${kind}`);
         }
         return null;
       }
 
       // A step call to the Host whose reply decides: resolve, reject (a genuine Host Error), suspend.
-      function live(kind, name, method, args, onReject) {
+      // `sent` (do only): the canonical JSON of the result this context sent, used when the Host
+      // does not echo it back.
+      // `onReject`: the message of the Host Error when the Host gives none; null: the step cannot fail.
+      function live(kind, name, method, args, onReject, sent) {
         const step = { name, kind };
         active = step;
         return new _Promise((resolve, reject) => {
           const onReply = (reply) => {
             if (finished) return;
-            const action = isObject(reply) ? reply.action : undefined;
+            const action = own(reply, 'action');
             if (action === 'resolve') {
-              // do: the committed result (the Host may echo it; else the one this context sent)
-              const doc = kind === 'do' ? (hasOwn(reply, 'result') ? reply.result : args.result) : reply.payload;
-              const value = kind === 'sleep' ? undefined : fresh(doc);
-              settle(step, { ok: true, result: value }, resolve, value);
-            } else if (action === 'reject' && onReject) {
-              const [errorName, message] = onReject(reply);
+              let canonical;
+              if (kind === 'wait') canonical = canonicalOf(own(reply, 'payload'));
+              else if (kind === 'do') canonical = hasOwn(reply, 'result') ? canonicalOf(own(reply, 'result')) : sent;
+              // The run gets its own copy; the record keeps the text, so a replay here is unaffected
+              // by what the run does to the value.
+              settle(step, { ok: true, canonical }, resolve, parsed(canonical));
+            } else if (action === 'reject' && onReject !== null) {
+              const given = own(reply, 'message');
+              const message = typeof given === 'string' ? given : onReject;
+              const errorName = kind === 'wait' ? 'wait_timeout' : 'step_failed';
               settle(step, { ok: false, error: { name: errorName, message } }, reject, stepError(errorName, message));
             } else {
               suspend(); // retry scheduled, future sleep, no matching event, or anything unexpected
@@ -253,7 +297,7 @@
       function retryConfig(policy) {
         if (policy === undefined) return { maxAttempts: 1, initialDelaySeconds: 0, backoff: 'constant', maxDelaySeconds: MAX_DELAY_SECONDS };
         if (!isObject(policy)) throw typeError('step.do: retryPolicy must be an object');
-        for (const k of keys(policy)) if (!has(RETRY_KEYS, k)) throw typeError(`step.do: unknown retryPolicy key "${k}"`);
+        onlyKeys(policy, RETRY_KEYS, 'step.do: unknown retryPolicy key');
         const { maxAttempts, initialDelaySeconds = 0, backoff = 'constant', maxDelaySeconds = MAX_DELAY_SECONDS } = policy;
         if (!intIn(maxAttempts, 1, 100)) throw typeError('step.do: retryPolicy.maxAttempts must be an integer 1..100');
         if (!intIn(initialDelaySeconds, 0, MAX_DELAY_SECONDS)) throw typeError('step.do: retryPolicy.initialDelaySeconds must be an integer 0..43200');
@@ -268,7 +312,7 @@
           const value = await effect();
           if (value === undefined) return { ok: true };
           const r = checkDocument(value);
-          if (r.ok) return { ok: true, result: jsonParse(r.canonical) };
+          if (r.ok) return { ok: true, canonical: r.canonical };
           if (r.code === 'document_too_large') return { ok: false, error: { name: 'document_too_large', message: r.message } };
           return { ok: false, error: { name: 'TypeError', message: `step.do effect must return a document or undefined: ${r.message}` } };
         } catch (e) {
@@ -292,12 +336,13 @@
           return new _Promise((resolve, reject) => {
             apply(PromiseThen, attempt(effect), [(outcome) => {
               if (finished) return;
-              const args = { name, config, ok: outcome.ok };
-              if (outcome.ok) { if (outcome.result !== undefined) args.result = outcome.result; }
-              else args.error = outcome.error;
-              apply(PromiseThen, live('do', name, 'step.do', args, (reply) => [
-                'step_failed', String(reply.message ?? (outcome.error && outcome.error.message) ?? ''),
-              ]), [resolve, reject]);
+              const { canonical } = outcome;
+              const args = {
+                name, config, ok: outcome.ok,
+                ...(outcome.ok ? (canonical === undefined ? {} : { result: jsonParse(canonical) }) : { error: outcome.error }),
+              };
+              const failure = outcome.ok ? '' : outcome.error.message;
+              apply(PromiseThen, live('do', name, 'step.do', args, failure, canonical), [resolve, reject]);
             }]);
           });
         },
@@ -305,19 +350,23 @@
           const early = enter('sleep', name);
           if (early !== null) return early;
           if (!intIn(seconds, 0, MAX_SLEEP_SECONDS)) return promiseReject(typeError('step.sleep: seconds must be an integer 0..31536000'));
-          return live('sleep', name, 'step.sleep', { name, seconds }, null);
+          return live('sleep', name, 'step.sleep', { name, seconds }, null, undefined);
         },
         waitForEvent(name, options) {
           const early = enter('wait', name);
           if (early !== null) return early;
           if (!isObject(options)) return promiseReject(typeError('step.waitForEvent: options {type, timeoutSeconds} are required'));
-          for (const k of keys(options)) if (!has(WAIT_KEYS, k)) return promiseReject(typeError(`step.waitForEvent: unknown option "${k}"`));
-          const { type, timeoutSeconds } = options;
+          let type, timeoutSeconds;
+          try {
+            onlyKeys(options, WAIT_KEYS, 'step.waitForEvent: unknown option');
+            ({ type, timeoutSeconds } = options);
+          } catch (e) {
+            return promiseReject(e);
+          }
           if (!scalarName(type)) return promiseReject(typeError('step.waitForEvent: type must be a string of 1..256 Unicode scalar values'));
           if (!intIn(timeoutSeconds, 1, MAX_SLEEP_SECONDS)) return promiseReject(typeError('step.waitForEvent: timeoutSeconds must be an integer 1..31536000'));
-          return live('wait', name, 'step.waitForEvent', { name, type, timeoutSeconds }, (reply) => [
-            'wait_timeout', String(reply.message ?? `no "${type}" event within ${timeoutSeconds} s`),
-          ]);
+          const timeout = `no "${type}" event within ${timeoutSeconds} s`;
+          return live('wait', name, 'step.waitForEvent', { name, type, timeoutSeconds }, timeout, undefined);
         },
       });
 
@@ -351,13 +400,13 @@
       };
 
       try {
-        const Export = mainNs[inv.className];
+        const Export = mainNs[String(own(inv, 'className'))];
         const proto = typeof Export === 'function' ? Export.prototype : undefined;
         if (!isObject(proto) || typeof proto.run !== 'function') {
           throw typeError(`main module has no workflow class "${inv.className}" with a run method`);
         }
-        const event = { instanceId: String(inv.instanceId) };
-        if (inv.params !== undefined && inv.params !== null) event.params = inv.params;
+        const params = own(inv, 'params');
+        const event = { instanceId: String(own(inv, 'instanceId')), ...(isObject(params) ? { params } : {}) };
         const instance = new Export(env);
         const result = instance.run(event, step);
         apply(PromiseThen, promiseResolve(result), [(v) => runSettled(true, v), (e) => runSettled(false, e)]);

@@ -5,8 +5,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from decisions_kit import NOW, command, problem, reply
-from decisions_kit import run as kit_run
 
 from sumi.control import ControlState, decide, evolve
 from sumi.control.forms import FORMS
@@ -19,6 +17,8 @@ from sumi.control.forms.names import (
 )
 from sumi.control.forms.worker_deployment import active_allocation, allocations_to_check
 from sumi.core import records as r
+from tests.decisions_kit import NOW, command, problem, reply
+from tests.decisions_kit import run as kit_run
 
 GOOD_JS = "export default { async queue(batch, env, ctx) {} };\n"
 
@@ -715,7 +715,7 @@ def _created(uid: str, worker_uid: str, modules: dict[str, str], main: str) -> r
 
 async def test_verifier_reports_exports_and_failures() -> None:
     from sumi.core.config import Settings
-    from sumi.runtime.verifier import Verifier
+    from sumi.verifier import Verifier
 
     verifier = Verifier(Settings("127.0.0.1:1", "postgresql://x"))
     try:
