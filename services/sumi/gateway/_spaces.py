@@ -6,12 +6,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sumi.core.problems import Problem
+from sumi.core.times import rfc3339
 from sumi.gateway._auth import authenticate, authorize, require_admin
 from sumi.gateway._backend import backend
 from sumi.gateway._commands import Command, submit
 from sumi.gateway._json import read_object, require
 from sumi.gateway._routing import route
-from sumi.gateway._views import rfc3339
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
