@@ -1,4 +1,5 @@
-# The two entry points: `make up` starts the whole Host, `make test` runs every test.
+# The entry points: `make up` starts the whole Host, `make test` runs every test, `make lint`
+# checks style and types.
 # Each sets up what it needs: a virtual environment with sumi installed, and the
 # Kafka broker's jars (fetched once through Maven into ~/.cache/sumi).
 PYTHON ?= python3
@@ -12,8 +13,10 @@ up: $(VENV)/.ready
 test: $(VENV)/.ready
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# ruff and mypy come with the `test` extra; mypy is strict (pyproject.toml) on sumi and sumi_projections.
 lint: $(VENV)/.ready
 	$(BIN)/ruff check services projections tests
+	$(BIN)/ruff format --check services projections tests
 	$(BIN)/mypy
 
 bench: $(VENV)/.ready

@@ -24,7 +24,7 @@ def migrate(database_url: str, schema: str) -> None:
                 if version in done:
                     continue
                 with conn.transaction():
-                    conn.execute(path.read_text())  # type: ignore[arg-type]
+                    conn.execute(path.read_text())
                     conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
         finally:
             conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (f"sumi-migrate-{schema}",))

@@ -125,7 +125,7 @@ async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
 
 
 async def _changed(cur: Cursor, sql: str, params: tuple[Any, ...]) -> int:
-    await cur.execute(sql, params)  # type: ignore[arg-type]
+    await cur.execute(sql, params)
     return cur.rowcount
 
 
@@ -141,4 +141,4 @@ _COUNTER_SQL = {
 
 async def _count(cur: Cursor, queue_uid: str, column: str, n: int) -> None:
     if n > 0:
-        await cur.execute(_COUNTER_SQL[column], (queue_uid, n))  # type: ignore[arg-type]
+        await cur.execute(_COUNTER_SQL[column], (queue_uid, n))

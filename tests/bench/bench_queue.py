@@ -1,4 +1,4 @@
-"""Queue throughput and latency against the broker's own limit. Run: python tests/bench/bench_queue.py
+"""Queue throughput and latency against the broker's own limit. Run: python -m tests.bench.bench_queue
 
 (a) raw aiokafka: produce N messages of 1 KiB and consume them back on the same
     broker (acks=all, read_committed): the physical floor of this machine.
@@ -19,24 +19,17 @@ import functools
 import json
 import os
 import statistics
-import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
-
-from _kit import Api  # noqa: E402
-from conftest import SpaceFixture  # noqa: E402
-from hostkit import new_settings, running_host  # noqa: E402
-
-from sumi.core import codec  # noqa: E402
-from sumi.core import records as r  # noqa: E402
+from sumi.core import codec
+from sumi.core import records as r
+from tests.conformance.kit import Api
+from tests.hostkit import SpaceFixture, new_settings, running_host
 
 RAW_N = int(os.environ.get("BENCH_RAW_N", "50000"))
 E2E_N = int(os.environ.get("BENCH_E2E_N", "30000"))

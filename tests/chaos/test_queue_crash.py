@@ -11,7 +11,6 @@ import asyncio
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,9 +19,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from sumi.core import codec
 from sumi.core import records as r
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
-from _kit import Api, b64, client  # noqa: E402, F401
+from tests.conformance.kit import Api
+from tests.httpkit import b64
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,9 @@ import uuid
 from typing import Any
 
 import pytest
-from _kit import CONSUMER, QUEUE, Api, api, assert_problem, auth, client  # noqa: F401
+
+from tests.conformance.kit import Api
+from tests.httpkit import CONSUMER, QUEUE, assert_problem, auth
 
 pytestmark = pytest.mark.integration
 

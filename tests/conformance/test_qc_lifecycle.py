@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 import pytest
-from _kit import Api, api, client  # noqa: F401
+
+from tests.conformance.kit import Api
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,9 @@ import uuid
 from typing import Any
 
 import pytest
-from _kit import DEPLOYMENT, QUEUE, WORKER, WORKFLOW, Api, api, assert_problem, auth, client  # noqa: F401
+
+from tests.conformance.kit import Api
+from tests.httpkit import DEPLOYMENT, WORKER, WORKFLOW, assert_problem, auth
 
 pytestmark = pytest.mark.integration
 

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
-from hostkit import Host, new_settings, running_host
 
 from sumi.core import codec
 from sumi.core import records as r
+from tests.hostkit import Host, new_settings, running_host
 
 QUEUE = "https://edge.forms.takoform.com/forms/AtLeastOnceQueue/0.2.0/"
 

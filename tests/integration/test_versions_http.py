@@ -1,24 +1,19 @@
 """WorkerVersion 0.5.0 and WorkerDeployment 0.4.0 over real HTTP against a real Host.
 
-The `host` fixture runs every service, the verifier (`sumi.runtime.verifier`)
+The `host` fixture runs every service, the verifier (`sumi.verifier`)
 included: a Version's create Operation ends only once its module was loaded in
 the real JavaScript or Python runtime.
 """
 
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.httpkit import DEPLOYMENT, QUEUE, VERSION, WORKER, assert_problem, auth, key
+
 pytestmark = pytest.mark.integration
 
-FORMS = "https://edge.forms.takoform.com/forms/"
-QUEUE = FORMS + "AtLeastOnceQueue/0.2.0/"
-WORKER = FORMS + "ModuleWorker/0.3.0/"
-VERSION = FORMS + "WorkerVersion/0.5.0/"
-DEPLOYMENT = FORMS + "WorkerDeployment/0.4.0/"
 
 GOOD_JS = """
 import { twice } from "./lib/twice.mjs";
@@ -38,20 +33,6 @@ class ReportWorkflow:
     async def run(self, event, step):
         return None
 """
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def key() -> dict[str, str]:
-    return {"Idempotency-Key": uuid.uuid4().hex}
-
-
-@pytest.fixture
-async def client(host: Any) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=host.url, timeout=60) as c:
-        yield c
 
 
 class Api:
@@ -132,13 +113,6 @@ def deployment(worker: dict[str, Any], *weights: tuple[str, int]) -> dict[str, A
         "worker": {"resourceUid": worker["uid"]},
         "versions": [{"version": {"resourceUid": v}, "percentage": p} for v, p in weights],
     }
-
-
-def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert body["code"] == code, body
-    return body  # type: ignore[no-any-return]
 
 
 @pytest.fixture

@@ -51,7 +51,7 @@ def test_order_matters_but_stays_deterministic() -> None:
 
 
 def test_empty_allocation_is_an_error() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one Version with a positive percentage"):
         pick_version([], "s")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one Version with a positive percentage"):
         pick_version([("v", 0)], "s")

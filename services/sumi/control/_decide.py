@@ -11,13 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sumi.control._state import ControlState, SpaceState, evolve
 from sumi.control.forms import FORMS
 from sumi.control.forms._base import NAME_RE
 from sumi.control.forms.durable_workflow import observations as workflow_observations
 from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
 from sumi.control.forms.worker_deployment import active_deployment
 from sumi.control.forms.worker_version import worker_of
+from sumi.control.state import ControlState, SpaceState, evolve
 from sumi.core import ids
 from sumi.core import records as r
 from sumi.core.problems import FieldError, Problem

@@ -39,6 +39,13 @@ def _fp(parsed: dict[str, Any]) -> bytes:
     return int(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"), 16).to_bytes(8, "little")
 
 
+def _parse(path: Traversable) -> dict[str, Any]:
+    parsed = parse_schema(json.loads(path.read_text()), _write_hint=False)
+    if not isinstance(parsed, dict):  # a union or a primitive cannot name a record type
+        raise ValueError(f"{path.name}: a record schema must be a JSON object")
+    return parsed
+
+
 @cache
 def _registry() -> tuple[dict[str, dict[str, Any]], dict[bytes, dict[str, Any]]]:
     current: dict[str, dict[str, Any]] = {}
@@ -46,12 +53,12 @@ def _registry() -> tuple[dict[str, dict[str, Any]], dict[bytes, dict[str, Any]]]
     header: dict[str, bytes] = _HEADERS
     root = schemas_dir()
     for path in _avsc(root):
-        parsed = parse_schema(json.loads(path.read_text()), _write_hint=False)
+        parsed = _parse(path)
         current[path.name.removesuffix(".avsc")] = parsed
         by_fp[_fp(parsed)] = parsed
         header[path.name.removesuffix(".avsc")] = MAGIC + _fp(parsed)
     for path in _avsc(root / "history"):
-        parsed = parse_schema(json.loads(path.read_text()), _write_hint=False)
+        parsed = _parse(path)
         by_fp[_fp(parsed)] = parsed
     return current, by_fp
 
@@ -73,7 +80,7 @@ def encode(record: Record) -> bytes:
     out = io.BytesIO()
     out.write(_HEADERS[name])  # magic + fingerprint, computed once per schema
     # A shallow dict: asdict() deep-copies every field, bodies included, for nothing.
-    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
     fastavro.schemaless_writer(out, parsed, _to_avro(values))
     return out.getvalue()
 

@@ -221,6 +221,19 @@ class QueuePurged:
     at: int
 
 
+@dataclass(frozen=True)
+class RecordQuarantined:
+    processor: str
+    sourceTopic: str
+    partition: int
+    offset: int
+    reason: str
+    detail: str
+    at: int
+    value: bytes | None = None
+    key: bytes | None = None
+
+
 Record = (
     CommandSubmitted
     | CommandDecided
@@ -243,6 +256,7 @@ Record = (
     | MessageDiscarded
     | BatchEnded
     | QueuePurged
+    | RecordQuarantined
 )
 
 RECORD_TYPES: dict[str, type] = {
@@ -269,5 +283,6 @@ RECORD_TYPES: dict[str, type] = {
         MessageDiscarded,
         BatchEnded,
         QueuePurged,
+        RecordQuarantined,
     )
 }

@@ -37,7 +37,7 @@ def partition_for(key: str, partitions: int) -> int:
     """Kafka's default partitioner (murmur2), so Java clients agree with us."""
     from aiokafka.partitioner import murmur2
 
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+    return (int(murmur2(key.encode())) & 0x7FFFFFFF) % partitions
 
 
 async def ensure_topics(settings: Settings) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 
 from sumi.core.problems import Problem
+from sumi.gateway import _reads as reads
 from sumi.gateway._backend import backend
 
 
@@ -39,11 +40,11 @@ async def authenticate(request: Request) -> Caller:
     if token is None:
         raise Problem("unauthenticated", "missing bearer token")
     db = backend(request)
-    row = await db.fetchone("SELECT principal, admin FROM tokens WHERE token_hash = %s", (token_hash(token),))
+    row = await reads.token(db, token_hash(token))
     if row is None:
         raise Problem("unauthenticated", "unknown or revoked token")
-    grants = await db.fetchall("SELECT space, role FROM grants WHERE principal = %s", (row["principal"],))
-    return Caller(row["principal"], row["admin"], {g["space"]: g["role"] for g in grants})
+    roles = {g["space"]: g["role"] for g in await reads.grants(db, row["principal"])}
+    return Caller(row["principal"], row["admin"], roles)
 
 
 def require_admin(caller: Caller) -> None:
@@ -59,9 +60,7 @@ async def authorize(request: Request, space: str, write: bool = False) -> Caller
     """
     caller = await authenticate(request)
     role = caller.role(space)
-    exists = role is not None and await backend(request).fetchone(
-        "SELECT 1 AS one FROM spaces WHERE name = %s", (space,)
-    )
+    exists = role is not None and await reads.space_exists(backend(request), space)
     if not exists:
         raise Problem("not_found", f"no Space {space!r} visible to this token")
     if write and role != "editor":

@@ -19,12 +19,13 @@ from sumi.core.codec import encode
 from sumi.core.ids import new_ulid
 from sumi.core.problems import Problem
 from sumi.core.records import CommandSubmitted
+from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller
-from sumi.gateway._backend import Backend, Row, backend
+from sumi.gateway._backend import backend
 from sumi.gateway._json import canonical
 from sumi.gateway._poll import poll
 from sumi.gateway._problems import stored_problem_response
-from sumi.gateway._views import OPERATION_COLUMNS, operation_json, with_rfc3339
+from sumi.gateway._views import operation_json, with_rfc3339
 
 
 @dataclass(frozen=True)
@@ -72,16 +73,10 @@ async def decide(request: Request, caller: Caller, command: Command) -> Decision
         timeout,
     )
     remaining = max(timeout - (time.monotonic() - started), 0.0)
-    row = await poll(lambda: _decision_row(db, command_id), remaining)
+    row = await poll(lambda: reads.decision(db, command_id), remaining)
     if row is None:
         raise Problem("backend_unavailable", "no decision in time; retry with the same Idempotency-Key")
     return Decision(row["accepted"], row["status"], row["operation_id"], row["problem"], row["result"])
-
-
-async def _decision_row(db: Backend, command_id: str) -> Row | None:
-    return await db.fetchone(
-        "SELECT accepted, status, operation_id, problem, result FROM decisions WHERE command_id = %s", (command_id,)
-    )
 
 
 async def respond(request: Request, decision: Decision) -> Response:
@@ -99,10 +94,7 @@ async def respond(request: Request, decision: Decision) -> Response:
 
 async def operation_response(request: Request, operation_id: str, status: int) -> Response:
     db = backend(request)
-    row = await poll(
-        lambda: db.fetchone(f"SELECT {OPERATION_COLUMNS} FROM operations WHERE id = %s", (operation_id,)),
-        db.settings.decision_timeout,
-    )
+    row = await poll(lambda: reads.operation(db, operation_id), db.settings.decision_timeout)
     if row is None:
         raise Problem("backend_unavailable", "the Operation is not readable yet; retry")
     return JSONResponse(operation_json(row), status_code=status, headers={"Location": f"/v2/operations/{operation_id}"})

@@ -19,6 +19,7 @@ from sumi.core.codec import encode
 from sumi.core.problems import Problem
 from sumi.core.records import MessageAccepted
 from sumi.core.times import rfc3339
+from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller, authorize
 from sumi.gateway._backend import Backend, Row, backend
 from sumi.gateway._json import idempotency_key, read_object
@@ -32,21 +33,11 @@ log = logging.getLogger("sumi.gateway")
 # Sends go to a queue that exists and is not being deleted.
 LIVE = ("active", "updating")
 
-PEEK_FILTERS = {  # constant SQL per ?state=; never built from input
-    "ready": "state = 'pending' AND visible_at <= now()",
-    "delayed": "state = 'pending' AND visible_at > now()",
-    "inFlight": "state = 'inflight'",
-    None: "state IN ('pending', 'inflight')",
-}
-
 
 async def resolve_queue(request: Request, write: bool) -> tuple[Caller, Row]:
     space, ref = request.path_params["space"], request.path_params["uid"]
     caller = await authorize(request, space, write=write)
-    column = "uid" if "_" in ref else "name"
-    row = await backend(request).fetchone(
-        f"SELECT uid, state FROM resources WHERE space = %s AND form = %s AND {column} = %s", (space, QUEUE, ref)
-    )
+    row = await reads.queue(backend(request), space, QUEUE, ref)
     if row is None or (write and row["state"] not in LIVE):
         raise Problem("not_found", f"no AtLeastOnceQueue {ref!r} in Space {space!r}")
     return caller, row
@@ -60,14 +51,7 @@ async def send_messages(request: Request) -> Response:
     db = backend(request)
     # A replay re-derives the same IDs; whatever the projection already holds was appended.
     # Without a key the IDs are fresh ULIDs: nothing can hold them yet, so nothing to look up.
-    known = (
-        {
-            r["message_id"]
-            for r in await db.fetchall("SELECT message_id FROM queue_messages WHERE message_id = ANY(%s)", (ids,))
-        }
-        if key
-        else set()
-    )
+    known = await reads.known_messages(db, ids) if key else set()
     todo = [(mid, m) for mid, m in zip(ids, messages, strict=True) if mid not in known]
     if todo:
         await _append(db, request.path_params["space"], queue["uid"], caller, key, todo)
@@ -106,11 +90,8 @@ async def _await_projection(db: Backend, partition: int, offset: int) -> None:
     topic = db.settings.topic("queue")
 
     async def caught_up() -> bool | None:
-        row = await db.fetchone(
-            "SELECT next_offset FROM projection_offsets WHERE projection = 'queue' AND topic = %s AND partition = %s",
-            (topic, partition),
-        )
-        return True if row is not None and row["next_offset"] > offset else None
+        next_offset = await reads.queue_projection_offset(db, topic, partition)
+        return True if next_offset is not None and next_offset > offset else None
 
     if await poll(caught_up, db.settings.decision_timeout) is None:
         # The append is durable, so the answer is still 202; only the read side lags.
@@ -119,32 +100,17 @@ async def _await_projection(db: Backend, partition: int, offset: int) -> None:
 
 async def queue_stats(request: Request) -> Response:
     _, queue = await resolve_queue(request, write=False)
-    db = backend(request)
-    counts = await db.fetchone(
-        "SELECT count(*) FILTER (WHERE state = 'pending' AND visible_at <= now()) AS ready, "
-        "count(*) FILTER (WHERE state = 'pending' AND visible_at > now()) AS delayed, "
-        "count(*) FILTER (WHERE state = 'inflight') AS in_flight, now() AS observed_at "
-        "FROM queue_messages WHERE queue_uid = %s",
-        (queue["uid"],),
-    )
-    totals = (
-        await db.fetchone(
-            "SELECT acknowledged, retried, dead_lettered, discarded FROM queue_counters WHERE queue_uid = %s",
-            (queue["uid"],),
-        )
-        or {}
-    )
-    assert counts is not None
+    stats = await reads.queue_stats(backend(request), queue["uid"])
     return JSONResponse(
         {
-            "ready": counts["ready"],
-            "delayed": counts["delayed"],
-            "inFlight": counts["in_flight"],
-            "acknowledged": totals.get("acknowledged", 0),
-            "retried": totals.get("retried", 0),
-            "deadLettered": totals.get("dead_lettered", 0),
-            "discarded": totals.get("discarded", 0),
-            "observedAt": rfc3339(counts["observed_at"]),
+            "ready": stats["ready"],
+            "delayed": stats["delayed"],
+            "inFlight": stats["in_flight"],
+            "acknowledged": stats["acknowledged"],
+            "retried": stats["retried"],
+            "deadLettered": stats["dead_lettered"],
+            "discarded": stats["discarded"],
+            "observedAt": rfc3339(stats["observed_at"]),
         }
     )
 
@@ -154,14 +120,7 @@ async def peek_messages(request: Request) -> Response:
     state = choice_param(request, "state", ("ready", "delayed", "inFlight"))
     limit = int_param(request, "limit", 100, 1, 1000)
     with_body = bool_param(request, "includeBody", False)
-    rows = await backend(request).fetchall(
-        "SELECT message_id, accepted_at, attempts, size, "
-        "CASE WHEN %s THEN body END AS body, CASE WHEN state = 'inflight' THEN 'inFlight' "
-        "WHEN visible_at <= now() THEN 'ready' ELSE 'delayed' END AS peek_state "
-        f"FROM queue_messages WHERE queue_uid = %s AND {PEEK_FILTERS[state]} "
-        "ORDER BY accepted_at, log_offset LIMIT %s",
-        (with_body, queue["uid"], limit),
-    )
+    rows = await reads.peek(backend(request), queue["uid"], state, limit, with_body)
     return JSONResponse({"items": [_peek_item(r, with_body) for r in rows]})
 
 

@@ -6,13 +6,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sumi.core.problems import Problem
+from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller, authorize
-from sumi.gateway._backend import Backend, Row, backend
+from sumi.gateway._backend import backend
 from sumi.gateway._commands import Command, submit
 from sumi.gateway._json import fingerprint, idempotency_key, read_object, require
 from sumi.gateway._query import decode_cursor, encode_cursor, int_param
 from sumi.gateway._routing import route
-from sumi.gateway._views import RESOURCE_COLUMNS, resource_json
+from sumi.gateway._views import resource_json
 
 CREATE_KEYS = ({"name", "form", "spec"}, {"privateInputs"})
 UPDATE_KEYS = ({"spec"}, {"privateInputs"})
@@ -62,18 +63,10 @@ async def delete_resource(request: Request) -> Response:
     return await _write(request, "resource.delete", None, payload, caller, key)
 
 
-async def find_resource(db: Backend, space: str, ref: str) -> Row | None:
-    """`ref` is a UID or a name: UIDs hold an underscore, names cannot."""
-    column = "uid" if "_" in ref else "name"
-    return await db.fetchone(
-        f"SELECT {RESOURCE_COLUMNS} FROM resources WHERE space = %s AND {column} = %s", (space, ref)
-    )
-
-
 async def get_resource(request: Request) -> Response:
     space, ref = request.path_params["space"], request.path_params["uid"]
     await authorize(request, space)
-    row = await find_resource(backend(request), space, ref)
+    row = await reads.resource(backend(request), space, ref)
     if row is None:
         raise Problem("not_found", f"no Resource {ref!r} in Space {space!r}")
     return JSONResponse(resource_json(row))
@@ -84,18 +77,13 @@ async def list_resources(request: Request) -> Response:
     await authorize(request, space)
     limit = int_param(request, "limit", 100, 1, 100)
     cursor = request.query_params.get("cursor")
-    rows = await backend(request).fetchall(
-        f"SELECT {RESOURCE_COLUMNS} FROM resources WHERE space = %(space)s "
-        "AND (%(form)s::text IS NULL OR form = %(form)s) "
-        "AND (%(name)s::text IS NULL OR name = %(name)s) "
-        "AND (%(after)s::text IS NULL OR uid > %(after)s) ORDER BY uid LIMIT %(limit)s",
-        {
-            "space": space,
-            "form": request.query_params.get("form"),
-            "name": request.query_params.get("name"),
-            "after": decode_cursor(cursor) if cursor else None,
-            "limit": limit + 1,
-        },
+    rows = await reads.resources(
+        backend(request),
+        space,
+        form=request.query_params.get("form"),
+        name=request.query_params.get("name"),
+        after=decode_cursor(cursor) if cursor else None,
+        limit=limit + 1,
     )
     more = len(rows) > limit
     items = [resource_json(r) for r in rows[:limit]]

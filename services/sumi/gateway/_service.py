@@ -1,18 +1,21 @@
 """Service endpoints (host-api.md section 7): liveness, readiness, metrics."""
 
 import asyncio
+import logging
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sumi.core.problems import Problem
+from sumi.gateway import _reads as reads
 from sumi.gateway._auth import authenticate
 from sumi.gateway._backend import backend
 from sumi.gateway._problems import problem_response
 from sumi.gateway._routing import route
 
 READY_TIMEOUT = 2.0
+log = logging.getLogger(__name__)
 
 
 async def healthz(request: Request) -> Response:
@@ -23,14 +26,8 @@ async def readyz(request: Request) -> Response:
     db = backend(request)
     try:
         # Postgres up and migrated, and every projection at the end of its topic within 5 s.
-        row = await asyncio.wait_for(
-            db.fetchone(
-                "SELECT count(*) AS n, count(*) FILTER (WHERE caught_up_at < now() - interval '5 seconds') "
-                "AS stale FROM projection_status"
-            ),
-            READY_TIMEOUT,
-        )
-        if not row or row["n"] == 0 or row["stale"]:
+        row = await asyncio.wait_for(reads.projections_status(db), READY_TIMEOUT)
+        if row["n"] == 0 or row["stale"]:
             raise RuntimeError("projections are not caught up")
         await asyncio.wait_for(db.producer.client.fetch_all_metadata(), READY_TIMEOUT)
     except Exception as exc:  # readiness answers, whatever broke; it never raises
@@ -41,6 +38,17 @@ async def readyz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     # Not among the contract's open endpoints (section 1): a scraper sends a bearer token.
     await authenticate(request)
+    try:
+        rows = await asyncio.wait_for(
+            backend(request).fetchall(
+                "SELECT processor, source_topic, reason, count(*) AS n FROM quarantined GROUP BY 1, 2, 3"
+            ),
+            READY_TIMEOUT,
+        )
+    except Exception as exc:  # Postgres down: the scrape still answers, with the counts it last read
+        log.warning("/metrics: quarantine counts not read: %r", exc)
+    else:
+        request.app.state.metrics.set_quarantined(rows)
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

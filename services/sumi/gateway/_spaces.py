@@ -1,25 +1,23 @@
 """Spaces (host-api.md section 1): create and delete by admins, list by anyone."""
 
-import re
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from sumi.control.forms._base import NAME_PATTERN, NAME_RE
 from sumi.core.problems import Problem
 from sumi.core.times import rfc3339
+from sumi.gateway import _reads as reads
 from sumi.gateway._auth import authenticate, authorize, require_admin
 from sumi.gateway._backend import backend
 from sumi.gateway._commands import Command, submit
 from sumi.gateway._json import read_object, require
 from sumi.gateway._routing import route
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-
 
 def check_name(value: object, what: str) -> str:
     require(isinstance(value, str), f"{what} must be a string")
     if not NAME_RE.match(str(value)):
-        raise Problem("invalid_request", f"{what} must match {NAME_RE.pattern}")
+        raise Problem("invalid_request", f"{what} must match {NAME_PATTERN}")
     return str(value)
 
 
@@ -33,15 +31,7 @@ async def create_space(request: Request) -> Response:
 
 async def list_spaces(request: Request) -> Response:
     caller = await authenticate(request)
-    db = backend(request)
-    if caller.admin:
-        rows = await db.fetchall("SELECT name, 'admin' AS role, created_at FROM spaces ORDER BY name")
-    else:
-        rows = await db.fetchall(
-            "SELECT s.name, g.role, s.created_at FROM spaces s JOIN grants g ON g.space = s.name "
-            "WHERE g.principal = %s ORDER BY s.name",
-            (caller.principal,),
-        )
+    rows = await reads.spaces(backend(request), None if caller.admin else caller.principal)
     items = [{"name": r["name"], "role": r["role"], "createdAt": rfc3339(r["created_at"])} for r in rows]
     return JSONResponse({"items": items})
 

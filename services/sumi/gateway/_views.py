@@ -5,9 +5,6 @@ from typing import Any
 from sumi.core.times import rfc3339
 from sumi.gateway._backend import Row
 
-RESOURCE_COLUMNS = "uid, space, name, form, generation, state, spec, observed, output, created_at, updated_at"
-OPERATION_COLUMNS = "id, kind, space, resource_uid, generation, state, effect, error, created_at, updated_at"
-
 # An Operation in one of these has not reached its outcome yet (`?wait=` holds for them).
 UNFINISHED = frozenset({"pending", "running", "reconciling"})
 

@@ -110,7 +110,7 @@ class BatchRun:
         if code is None:
             await self.committed
             return "threw", "the picked Version is gone"
-        warm = self.engine.contexts.take((self.consumer_uid, code.version_uid))
+        warm = self.engine.contexts.take((self.consumer_uid, code.uid))
         if warm is not None:
             self.ctx = warm
             await self.committed  # QC-43: recorded before the handler starts
@@ -206,12 +206,12 @@ class BatchRun:
             records.append(
                 r.MessageAccepted(
                     queue.uid,
-                    queue.space,
+                    self.code.space,  # a binding names a queue of the Version's own Space (resolve)
                     _new_id("msg"),
                     body,
                     now,
                     now + delay * 1000,
-                    f"worker:{self.code.version_uid}",
+                    f"worker:{self.code.uid}",
                 )
             )
         await self._durable(records)

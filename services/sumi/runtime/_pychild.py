@@ -152,7 +152,7 @@ def main() -> None:
     os.dup2(2, 1)
     sys.dont_write_bytecode = True
     child = Child(out_fd)
-    sys.stdout = _LogStream(child, "info")  # type: ignore[assignment]
+    sys.stdout = _LogStream(child, "info")
     try:
         asyncio.run(child.serve())
     except MemoryError:

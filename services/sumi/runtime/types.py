@@ -20,6 +20,9 @@ HostCall = Callable[[str, str, dict[str, Any]], Awaitable[Any]]
 class HostError(Exception):
     """A Host rejection; ``name`` is the snake_case code and cannot be reassigned."""
 
+    _name: str
+    message: str
+
     def __init__(self, name: str, message: str = "") -> None:
         super().__init__(f"{name}: {message}" if message else name)
         object.__setattr__(self, "_name", str(name))
@@ -39,7 +42,10 @@ class HostError(Exception):
 class Limits:
     cpu_ms: int = 30_000
     heap_mb: int = 128
-    wall_ms: int | None = None  # optional bound on one invocation's elapsed time
+    # Bound on one invocation's elapsed time. A handler awaiting a promise that
+    # never settles would otherwise hold its batch (and its context) forever;
+    # 15 minutes is the wall-clock limit Cloudflare gives a queue consumer.
+    wall_ms: int = 900_000
 
     def to_wire(self) -> dict[str, Any]:
         return {"cpuMs": self.cpu_ms, "heapMb": self.heap_mb, "wallMs": self.wall_ms}

@@ -6,43 +6,14 @@ Space per test from `space` (tests/conftest.py).
 
 import base64
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.httpkit import PROBLEM, QUEUE, assert_problem, auth, b64, key
+
 pytestmark = pytest.mark.integration
-
-QUEUE = "https://edge.forms.takoform.com/forms/AtLeastOnceQueue/0.2.0/"
-PROBLEM = "application/problem+json"
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def key() -> dict[str, str]:
-    return {"Idempotency-Key": uuid.uuid4().hex}
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith(PROBLEM), response.headers
-    body = response.json()
-    assert body["status"] == status and body["code"] == code, body
-    assert body["type"] == f"urn:sumi:problem:{code}"
-    return body
-
-
-@pytest.fixture
-async def client(host: Any) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=host.url, timeout=60) as c:
-        yield c
 
 
 async def create_queue(

@@ -11,6 +11,7 @@ from sumi.core.problems import Problem
 from sumi.gateway._json import check_object, fingerprint, idempotency_key, parse_json
 from sumi.gateway._query import decode_cursor, encode_cursor, parse_int
 from sumi.gateway._resources import check_body
+from sumi.gateway._spaces import check_name
 
 
 def code_of(fn, *args) -> str:  # type: ignore[no-untyped-def]
@@ -107,3 +108,10 @@ def test_foreign_cursor_is_invalid_request(cursor: str) -> None:
 @pytest.mark.parametrize("raw", ["0", "101", "-1", "1.5", "x", "", "١٠"])
 def test_limit_out_of_range_is_invalid_request(raw: str) -> None:
     assert code_of(parse_int, "limit", raw, 1, 100) == "invalid_request"
+
+
+@pytest.mark.parametrize("name", ["demo\n", "Demo", "-demo", "d" * 64, ""])
+def test_space_and_principal_names_match_the_whole_pattern(name: str) -> None:
+    # host-api.md §1: ^[a-z0-9][a-z0-9-]{0,62}$ over the whole name ("demo\n" once passed).
+    assert code_of(check_name, name, "name") == "invalid_request"
+    assert check_name("demo-1", "name") == "demo-1"

@@ -13,7 +13,10 @@ from typing import Any, Protocol
 from sumi.core.problems import FieldError, Problem
 
 FORM_BASE = "https://edge.forms.takoform.com/forms/"
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+# host-api.md's `^…$` ends at the end of the string; Python's `$` also matches before a
+# trailing newline ("q\n" would pass), so the compiled patterns end in `\Z`.
+NAME_PATTERN = "^[a-z0-9][a-z0-9-]{0,62}$"
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}\Z")
 
 
 def form_url(name: str, version: str) -> str:

@@ -1,5 +1,6 @@
 """ModuleWorker 0.3.0 (forms.md): the identity of one worker script."""
 
+from collections.abc import Mapping
 from typing import Any
 
 from sumi.control.forms._base import BaseForm, Registry, ResourceView, closed_object, referencing
@@ -34,7 +35,7 @@ class ModuleWorker(BaseForm):
                     errors.append(FieldError("/spec/handlers", "must not repeat a handler"))
         return errors
 
-    def check_update(self, old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:  # type: ignore[override]
+    def check_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldError]:
         # Versions were verified against the runtime they were written for.
         if old.get("runtime") != new.get("runtime"):
             return [FieldError("/spec/runtime", "is immutable")]

@@ -1,7 +1,7 @@
 """WorkerVersion 0.5.0 (forms.md): one immutable upload of a worker's code and environment.
 
 The create is accepted here and then awaited: the verifier service
-(`sumi.runtime.verifier`) loads the main module once in a sandbox and reports
+(`sumi.verifier`) loads the main module once in a sandbox and reports
 what it exports with `operation.report`. Until then the Version is "verifying":
 state `creating`, observed `{"verified": false}`.
 """
@@ -30,7 +30,7 @@ from sumi.control.forms.names import (
 )
 from sumi.core.problems import FieldError, Problem
 
-BINDING_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+BINDING_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")  # \Z, not $: see _base.NAME_RE
 MAX_MODULES_BYTES = 10 * 1024 * 1024
 MAX_MODULE_NAME = 256
 EXTENSIONS = {"javascript": (".js", ".mjs"), "python": (".py",)}

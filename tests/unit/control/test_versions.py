@@ -5,7 +5,19 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from decisions_kit import (
+
+from sumi.control import ControlState, decide, evolve
+from sumi.control.forms import FORMS
+from sumi.control.forms.names import (
+    DURABLE_WORKFLOW,
+    MODULE_WORKER,
+    QUEUE,
+    WORKER_DEPLOYMENT,
+    WORKER_VERSION,
+)
+from sumi.control.forms.worker_deployment import active_allocation, allocations_to_check
+from sumi.core import records as r
+from tests.decisions_kit import (
     GOOD_JS,
     LOG,
     NOW,
@@ -30,18 +42,6 @@ from decisions_kit import (
     version_spec,
     worker,
 )
-
-from sumi.control import ControlState, decide, evolve
-from sumi.control.forms import FORMS
-from sumi.control.forms.names import (
-    DURABLE_WORKFLOW,
-    MODULE_WORKER,
-    QUEUE,
-    WORKER_DEPLOYMENT,
-    WORKER_VERSION,
-)
-from sumi.control.forms.worker_deployment import active_allocation, allocations_to_check
-from sumi.core import records as r
 
 
 @pytest.fixture(autouse=True)
@@ -617,7 +617,7 @@ def _created(uid: str, worker_uid: str, modules: dict[str, str], main: str) -> r
 
 async def test_verifier_reports_exports_and_failures() -> None:
     from sumi.core.config import Settings
-    from sumi.runtime.verifier import Verifier
+    from sumi.verifier import Verifier
 
     verifier = Verifier(Settings("127.0.0.1:1", "postgresql://x"))
     try:

@@ -7,7 +7,15 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from decisions_kit import (
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sumi.control import ControlState
+from sumi.control.forms import FORMS
+from sumi.control.forms.durable_workflow import STATUSES
+from sumi.control.forms.names import DURABLE_WORKFLOW, QUEUE, WORKER_VERSION
+from sumi.core import records as r
+from tests.decisions_kit import (
     cmd,
     code,
     create,
@@ -29,14 +37,6 @@ from decisions_kit import (
     version_spec,
     worker,
 )
-from hypothesis import given
-from hypothesis import strategies as st
-
-from sumi.control import ControlState
-from sumi.control.forms import FORMS
-from sumi.control.forms.durable_workflow import STATUSES
-from sumi.control.forms.names import DURABLE_WORKFLOW, QUEUE, WORKER_VERSION
-from sumi.core import records as r
 
 FORM = FORMS[DURABLE_WORKFLOW]
 ZERO = dict.fromkeys(STATUSES, 0)

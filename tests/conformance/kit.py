@@ -12,14 +12,7 @@ from typing import Any
 
 import httpx
 
-FORMS = "https://edge.forms.takoform.com/forms/"
-QUEUE = FORMS + "AtLeastOnceQueue/0.2.0/"
-WORKER = FORMS + "ModuleWorker/0.3.0/"
-VERSION = FORMS + "WorkerVersion/0.5.0/"
-DEPLOYMENT = FORMS + "WorkerDeployment/0.4.0/"
-CONSUMER = FORMS + "QueueConsumer/0.3.0/"
-WORKFLOW = FORMS + "DurableWorkflow/0.3.0/"
-PROBLEM = "application/problem+json"
+from tests.httpkit import CONSUMER, DEPLOYMENT, QUEUE, VERSION, WORKER, auth, b64
 
 # A worker whose behaviour each message body chooses; it reports what it saw to the REPORT
 # queue (when bound), so tests read deliveries back through the Host itself.
@@ -46,22 +39,6 @@ export default {
   },
 };
 """
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def b64(data: bytes | str) -> str:
-    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
-
-
-def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith(PROBLEM), response.headers
-    body = response.json()
-    assert body["code"] == code, body
-    return body
 
 
 class Api:
@@ -237,20 +214,3 @@ class Api:
             if time.monotonic() > deadline:
                 raise AssertionError(f"only {len(seen)} of {count} deliveries reported: {seen}")
             await asyncio.sleep(0.1)
-
-
-# ---- fixtures (imported by the test modules; a conftest.py here would shadow tests/conftest.py
-# for modules that `from conftest import …`) -----------------------------------------------------
-
-import pytest  # noqa: E402
-
-
-@pytest.fixture
-async def client(host: Any) -> Any:
-    async with httpx.AsyncClient(base_url=host.url, timeout=60) as c:
-        yield c
-
-
-@pytest.fixture
-async def api(client: httpx.AsyncClient, space: Any) -> Api:
-    return Api(client, space)

@@ -1,13 +1,13 @@
-"""QueueConsumer 0.3.0 Form rules (pure, through the control decisions; no broker)."""
+"""QueueConsumer 0.3.0 Form rules (sumi.control.forms.queue_consumer), through the control decisions; no broker."""
 
 from typing import Any
 
 import pytest
-from decisions_kit import command, problem, reply, run
 
 from sumi.control import ControlState
 from sumi.control.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER
 from sumi.core import records as r
+from tests.decisions_kit import command, problem, reply, run
 
 
 def cmd(kind: str, payload: dict[str, Any], space: str = "demo") -> r.CommandSubmitted:

@@ -2,11 +2,10 @@
 
 from typing import Any
 
-from decisions_kit import NOW, command, problem, reply, run
-
 from sumi.control import ControlState, decide, evolve
-from sumi.control.forms.names import MODULE_WORKER, QUEUE
+from sumi.control.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER
 from sumi.core import records as r
+from tests.decisions_kit import NOW, command, problem, reply, run
 
 
 def cmd(
@@ -152,16 +151,32 @@ def test_apply_twice_does_nothing_twice() -> None:
 
 
 def test_worker_delete_blocked_by_reference() -> None:
+    # QC-50: a worker a QueueConsumer references cannot be deleted; an unreferenced one can.
     s = with_space()
-    run(
-        s,
-        cmd(
-            "resource.create",
-            {"name": "w", "form": MODULE_WORKER, "spec": {"runtime": "javascript", "handlers": ["queue"]}},
-            cid="w1",
-        ),
-    )
-    assert reply(run(s, cmd("resource.delete", {"ref": "w"}, cid="w2"))).accepted
+    create_queue(s)
+    for name, cid in (("w", "w1"), ("lone", "w2")):
+        worker = {"name": name, "form": MODULE_WORKER, "spec": {"runtime": "javascript", "handlers": ["queue"]}}
+        assert reply(run(s, cmd("resource.create", worker, cid=cid))).accepted
+    consumer = {
+        "queue": {"resourceUid": "res_c2"},
+        "worker": {"resourceUid": "res_w1"},
+        "maxBatchSize": 10,
+        "maxBatchTimeoutSeconds": 0,
+        "maxConcurrency": 1,
+        "maxRetries": 3,
+        "retryDelaySeconds": 0,
+    }
+    assert reply(
+        run(s, cmd("resource.create", {"name": "c", "form": QUEUE_CONSUMER, "spec": consumer}, cid="k1"))
+    ).accepted
+
+    events = run(s, cmd("resource.delete", {"ref": "w"}, cid="d1"))
+    p = problem(events)
+    assert p["code"] == "dependency_conflict" and "res_k1" in p["detail"], p
+    assert [type(e) for e in events] == [r.CommandDecided]  # QC-20: nothing else changed
+    assert s.space("demo").by_ref("w").state == "active"  # type: ignore[union-attr]
+    assert reply(run(s, cmd("resource.delete", {"ref": "lone"}, cid="d2"))).accepted
+    assert s.space("demo").by_ref("lone") is None
 
 
 def test_grant_to_missing_space_rejected() -> None:

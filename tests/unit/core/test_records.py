@@ -10,7 +10,7 @@ import pytest
 from sumi.core import codec
 from sumi.core import records as r
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "records"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "records"
 
 SAMPLES = [
     r.CommandSubmitted("01j", "resource.create", "demo", "alice", False, '{"name":"q"}', 1, "k", "fp"),
@@ -34,6 +34,9 @@ SAMPLES = [
     r.MessageDiscarded("res_1", "msg_3", "retention", 18),
     r.BatchEnded("res_1", "res_2", "bat_1", "threw", 19, "Error: boom"),
     r.QueuePurged("res_1", 20),
+    r.RecordQuarantined(
+        "control", "sumi.commands", 2, 41, "unknown_schema", "fingerprint 00", 21, b"\xc3\x01", b"demo"
+    ),
 ]
 
 
@@ -59,7 +62,7 @@ def test_every_type_has_a_sample() -> None:
 
 
 def test_golden_records_of_earlier_builds_still_decode() -> None:
-    # tests/fixtures/records/<Type>.<n>.bin, written once by `python tests/unit/test_records.py`.
+    # tests/fixtures/records/<Type>.<n>.bin, written once by `python -m tests.unit.core.test_records`.
     files = sorted(FIXTURES.glob("*.bin"))
     assert len(files) >= len(SAMPLES)
     for path in files:
@@ -72,13 +75,18 @@ def test_golden_records_of_earlier_builds_still_decode() -> None:
 
 
 def test_unknown_fingerprint_is_refused() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown schema fingerprint 0000000000000000"):
         codec.decode(b"\xc3\x01" + b"\x00" * 8 + b"\x00")
+
+
+def test_bytes_without_the_single_object_marker_are_refused() -> None:
+    with pytest.raises(ValueError, match="not an Avro single-object encoded record"):
+        codec.decode(b'{"json": "is not Avro"}')
 
 
 if __name__ == "__main__":
     FIXTURES.mkdir(parents=True, exist_ok=True)
-    for i, s in enumerate(SAMPLES):
+    for s in SAMPLES:
         name = type(s).__name__
         (FIXTURES / f"{name}.1.bin").write_bytes(codec.encode(s))
         d = {

@@ -1,0 +1,160 @@
+"""The gateway's read side: every query it runs against the projections' tables.
+
+The gateway decides nothing from these rows (architecture.md rule 4); it answers
+reads with them and waits on them for decisions. Keeping every statement here
+puts the gateway's whole dependency on the read-model schema
+(projections/sumi_projections/migrations/) in one place. Statements are constant
+text; values travel as parameters, and the few variable parts (a column chosen by
+the shape of a reference, a peek filter) are picked from constants, never built
+from input.
+"""
+
+from typing import Any
+
+from sumi.gateway._backend import Backend, Row
+
+RESOURCE_COLUMNS = "uid, space, name, form, generation, state, spec, observed, output, created_at, updated_at"
+OPERATION_COLUMNS = "id, kind, space, resource_uid, generation, state, effect, error, created_at, updated_at"
+
+PEEK_FILTERS = {  # per ?state= of a peek
+    "ready": "state = 'pending' AND visible_at <= now()",
+    "delayed": "state = 'pending' AND visible_at > now()",
+    "inFlight": "state = 'inflight'",
+    None: "state IN ('pending', 'inflight')",
+}
+
+
+def _ref_column(ref: str) -> str:
+    """A reference is a UID or a name: UIDs hold an underscore, names cannot."""
+    return "uid" if "_" in ref else "name"
+
+
+# ---- callers and Spaces --------------------------------------------------------------------
+
+
+async def token(db: Backend, token_hash: str) -> Row | None:
+    """The principal a live token belongs to: principal, admin."""
+    return await db.fetchone("SELECT principal, admin FROM tokens WHERE token_hash = %s", (token_hash,))
+
+
+async def grants(db: Backend, principal: str) -> list[Row]:
+    """The principal's roles: space, role."""
+    return await db.fetchall("SELECT space, role FROM grants WHERE principal = %s", (principal,))
+
+
+async def space_exists(db: Backend, name: str) -> bool:
+    return await db.fetchone("SELECT 1 AS one FROM spaces WHERE name = %s", (name,)) is not None
+
+
+async def spaces(db: Backend, principal: str | None) -> list[Row]:
+    """name, role, created_at of every Space (principal None: an admin's view) or of the principal's."""
+    if principal is None:
+        return await db.fetchall("SELECT name, 'admin' AS role, created_at FROM spaces ORDER BY name")
+    return await db.fetchall(
+        "SELECT s.name, g.role, s.created_at FROM spaces s JOIN grants g ON g.space = s.name "
+        "WHERE g.principal = %s ORDER BY s.name",
+        (principal,),
+    )
+
+
+# ---- decisions, Operations, Resources ------------------------------------------------------
+
+
+async def decision(db: Backend, command_id: str) -> Row | None:
+    """The control processor's decision of a command, once projected."""
+    return await db.fetchone(
+        "SELECT accepted, status, operation_id, problem, result FROM decisions WHERE command_id = %s", (command_id,)
+    )
+
+
+async def operation(db: Backend, operation_id: str) -> Row | None:
+    return await db.fetchone(f"SELECT {OPERATION_COLUMNS} FROM operations WHERE id = %s", (operation_id,))
+
+
+async def resource(db: Backend, space: str, ref: str) -> Row | None:
+    return await db.fetchone(
+        f"SELECT {RESOURCE_COLUMNS} FROM resources WHERE space = %s AND {_ref_column(ref)} = %s", (space, ref)
+    )
+
+
+async def resources(
+    db: Backend, space: str, form: str | None, name: str | None, after: str | None, limit: int
+) -> list[Row]:
+    """A page of the Space's Resources in UID order, after the UID `after`."""
+    params: dict[str, Any] = {"space": space, "form": form, "name": name, "after": after, "limit": limit}
+    return await db.fetchall(
+        f"SELECT {RESOURCE_COLUMNS} FROM resources WHERE space = %(space)s "
+        "AND (%(form)s::text IS NULL OR form = %(form)s) "
+        "AND (%(name)s::text IS NULL OR name = %(name)s) "
+        "AND (%(after)s::text IS NULL OR uid > %(after)s) ORDER BY uid LIMIT %(limit)s",
+        params,
+    )
+
+
+# ---- queues --------------------------------------------------------------------------------
+
+
+async def queue(db: Backend, space: str, form: str, ref: str) -> Row | None:
+    """uid, state of the Space's queue Resource (of Form `form`) by UID or name."""
+    return await db.fetchone(
+        f"SELECT uid, state FROM resources WHERE space = %s AND form = %s AND {_ref_column(ref)} = %s",
+        (space, form, ref),
+    )
+
+
+async def known_messages(db: Backend, message_ids: list[str]) -> set[str]:
+    """Which of these message IDs the queue projection already holds."""
+    rows = await db.fetchall("SELECT message_id FROM queue_messages WHERE message_id = ANY(%s)", (message_ids,))
+    return {row["message_id"] for row in rows}
+
+
+async def queue_projection_offset(db: Backend, topic: str, partition: int) -> int | None:
+    """The next offset the queue projection will apply on one partition (None: none applied yet)."""
+    row = await db.fetchone(
+        "SELECT next_offset FROM projection_offsets WHERE projection = 'queue' AND topic = %s AND partition = %s",
+        (topic, partition),
+    )
+    return None if row is None else int(row["next_offset"])
+
+
+async def queue_stats(db: Backend, queue_uid: str) -> Row:
+    """ready, delayed, in_flight, observed_at now; acknowledged, retried, dead_lettered, discarded ever."""
+    counts = await db.fetchone(
+        "SELECT count(*) FILTER (WHERE state = 'pending' AND visible_at <= now()) AS ready, "
+        "count(*) FILTER (WHERE state = 'pending' AND visible_at > now()) AS delayed, "
+        "count(*) FILTER (WHERE state = 'inflight') AS in_flight, now() AS observed_at "
+        "FROM queue_messages WHERE queue_uid = %s",
+        (queue_uid,),
+    )
+    assert counts is not None  # an aggregate without GROUP BY is always one row
+    totals = await db.fetchone(
+        "SELECT acknowledged, retried, dead_lettered, discarded FROM queue_counters WHERE queue_uid = %s",
+        (queue_uid,),
+    )
+    zero = {"acknowledged": 0, "retried": 0, "dead_lettered": 0, "discarded": 0}
+    return {**counts, **(totals or zero)}
+
+
+async def peek(db: Backend, queue_uid: str, state: str | None, limit: int, with_body: bool) -> list[Row]:
+    """message_id, accepted_at, attempts, size, body (or None), peek_state; oldest first."""
+    return await db.fetchall(
+        "SELECT message_id, accepted_at, attempts, size, "
+        "CASE WHEN %s THEN body END AS body, CASE WHEN state = 'inflight' THEN 'inFlight' "
+        "WHEN visible_at <= now() THEN 'ready' ELSE 'delayed' END AS peek_state "
+        f"FROM queue_messages WHERE queue_uid = %s AND {PEEK_FILTERS[state]} "
+        "ORDER BY accepted_at, log_offset LIMIT %s",
+        (with_body, queue_uid, limit),
+    )
+
+
+# ---- the service ---------------------------------------------------------------------------
+
+
+async def projections_status(db: Backend) -> Row:
+    """n: projections known; stale: those not caught up with their topics in the last 5 s."""
+    row = await db.fetchone(
+        "SELECT count(*) AS n, count(*) FILTER (WHERE caught_up_at < now() - interval '5 seconds') "
+        "AS stale FROM projection_status"
+    )
+    assert row is not None  # an aggregate without GROUP BY is always one row
+    return row
