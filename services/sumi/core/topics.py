@@ -13,6 +13,9 @@ ADMIN_KEY = "_admin"
 # A WorkerVersion's modules may total 10 MiB (forms.md); its create command and its
 # ResourceCreated carry them, so the control topics and producers take 16 MiB records.
 MAX_RECORD_BYTES = 16 * 1024 * 1024
+# A quarantined record carries the raw bytes it set aside (any size a source topic took) and
+# a few fields about them; every producer that may quarantine takes records this large.
+QUARANTINE_RECORD_BYTES = MAX_RECORD_BYTES + 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         ),
         TopicSpec(settings.topic("control"), {**forever, **large}),
         TopicSpec(settings.topic("queue"), forever),
+        # The dead letters of the processors themselves: what they could not decode or apply.
+        TopicSpec(settings.topic("quarantine"), {**forever, "max.message.bytes": str(QUARANTINE_RECORD_BYTES)}),
     ]
 
 

@@ -158,3 +158,11 @@ async def projections_status(db: Backend) -> Row:
     )
     assert row is not None  # an aggregate without GROUP BY is always one row
     return row
+
+
+# ---- the processors' quarantine ------------------------------------------------------------
+
+
+async def quarantine_counts(db: Backend) -> list[Row]:
+    """Records set aside, per processor, source topic and reason (for /metrics)."""
+    return await db.fetchall("SELECT processor, source_topic, reason, count(*) AS n FROM quarantined GROUP BY 1, 2, 3")

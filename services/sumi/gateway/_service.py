@@ -40,9 +40,7 @@ async def metrics(request: Request) -> Response:
     await authenticate(request)
     try:
         rows = await asyncio.wait_for(
-            backend(request).fetchall(
-                "SELECT processor, source_topic, reason, count(*) AS n FROM quarantined GROUP BY 1, 2, 3"
-            ),
+            reads.quarantine_counts(backend(request)),
             READY_TIMEOUT,
         )
     except Exception as exc:  # Postgres down: the scrape still answers, with the counts it last read

@@ -2,11 +2,10 @@
 
 from typing import Any
 
-from decisions_kit import command, run
-
 from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, QUEUE, WORKER_DEPLOYMENT, WORKER_VERSION
 from sumi.control.state import ControlState, evolve, serving_allocation, version, workflows
 from sumi.core import records as r
+from tests.decisions_kit import command, run
 
 
 def _space(s: ControlState, name: str = "demo") -> None:
