@@ -39,9 +39,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sumi.core import codec, ids
 from sumi.core import records as r
 from sumi.core.config import Settings
+from sumi.core.kafka import shorten_txn_retry
 from sumi.core.problems import Problem
 from sumi.queue._outbox import Outbox
-from sumi.queue.engine import shorten_txn_retry
 from sumi.runtime.types import WorkflowOutcome
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
