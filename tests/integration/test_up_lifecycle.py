@@ -194,8 +194,9 @@ def watch_stop(host: Up, roles: dict[int, str | None], since: float) -> dict[str
     alive = {pid for pid, r in roles.items() if r}
     while alive and time.monotonic() - since < 35:
         now = {p.pid for p in host.processes()}
+        sampled = time.monotonic() - since  # one time per sample: gone in the same sample is a tie
         for pid in alive - now:
-            gone_at[roles[pid]].append(time.monotonic() - since)  # type: ignore[index]
+            gone_at[roles[pid]].append(sampled)  # type: ignore[index]
         alive &= now
         time.sleep(0.02)
     return gone_at
