@@ -66,6 +66,7 @@ SERVICE_ENTRIES = {
     "gateway": "sumi.gateway",
     "verifier": "sumi.verifier",
     "queue": "sumi.queue.engine",
+    "workflow": "sumi.workflow.engine",
 }
 
 
