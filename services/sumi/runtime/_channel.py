@@ -140,8 +140,8 @@ class Channel:
         """Send a frame with a fresh reqId; the checked reply frame, or EXITED if the child died.
 
         The reply must be one the request's op allows, for the same context; an
-        ``invoke_queue`` opens the window in which that context's host calls
-        may name its batch and bindings, and its reply closes it.
+        ``invoke_queue`` / ``invoke_workflow`` opens the window in which that context's
+        host calls may name its batch (or steps) and bindings, and its reply closes it.
         """
         if not self.alive:
             return EXITED
@@ -152,10 +152,8 @@ class Channel:
             context_id if isinstance(context_id, str) else None,
             asyncio.get_running_loop().create_future(),
         )
-        if request.op == "invoke_queue" and request.context_id is not None:
-            request.invocation = Invocation(
-                str(frame["batch"]["id"]), frozenset(map(str, frame["env"].get("queueBindings") or ()))
-            )
+        if request.op in ("invoke_queue", "invoke_workflow") and request.context_id is not None:
+            request.invocation = Invocation.of(frame)
             self._state_of(request.context_id).invocations[req_id] = request.invocation
         self._pending[req_id] = request
         await self.send({**frame, "reqId": req_id})
@@ -261,9 +259,17 @@ class Channel:
         self._state.pop(context_id, None)
 
     async def _read_stderr(self) -> None:
+        """The child's stderr, line by line, each cut at MAX_TEXT (a line may never end)."""
         assert self.proc is not None and self.proc.stderr is not None
-        async for line in self.proc.stderr:
-            self._log.log(self._stderr_level, "[%s] %s", self._label, line.decode("utf-8", "replace").rstrip())
+        pending = b""
+        while chunk := await self.proc.stderr.read(65536):
+            *lines, pending = (pending + chunk).split(b"\n")
+            if len(pending) > _protocol.MAX_TEXT:
+                lines.append(pending)
+                pending = b""
+            for line in lines:
+                text = line[: _protocol.MAX_TEXT].decode("utf-8", "replace").rstrip()
+                self._log.log(self._stderr_level, "[%s] %s", self._label, text)
 
     async def _exited(self) -> None:
         self._kill()

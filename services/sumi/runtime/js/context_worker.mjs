@@ -20,6 +20,23 @@ const MAX_ERROR_TEXT = 4 * 1024;
 const text = (v, n) => (typeof v === 'string' ? (v.length > n ? v.slice(0, n) : v) : '');
 const isId = (v) => Number.isSafeInteger(v) && v > 0;
 
+// A workflow execution's outcome (workflow.js): complete {output?} | errored {reason, message} | suspended.
+// The output was judged a document inside the context; Python judges it again (_protocol).
+const WF_REASONS = new Set(['run_threw', 'step_failed', 'step_definition_mismatch']);
+function checkedOutcome(o) {
+  if (o !== null && typeof o === 'object') {
+    if (o.kind === 'complete') {
+      const out = o.output;
+      return out !== null && typeof out === 'object' && !Array.isArray(out) ? { kind: 'complete', output: out } : { kind: 'complete' };
+    }
+    if (o.kind === 'suspended') return { kind: 'suspended' };
+    if (o.kind === 'errored' && WF_REASONS.has(o.reason)) {
+      return { kind: 'errored', reason: o.reason, message: text(o.message, MAX_ERROR_TEXT) };
+    }
+  }
+  return { kind: 'errored', reason: 'run_threw', message: 'invalid workflow outcome' };
+}
+
 function checkedResult(r) {
   if (r === null || typeof r !== 'object') return { ok: false, reason: 'threw', error: { name: 'Error', message: 'invalid result', hostError: false } };
   if (r.ok === true) return { ok: true };
@@ -62,6 +79,11 @@ function bridge(kind, payload) {
       case 'result': {
         const [invocationId, result] = JSON.parse(payload);
         if (isId(invocationId)) post({ type: 'invoke_result', invocationId, result: checkedResult(result) });
+        return undefined;
+      }
+      case 'outcome': {
+        const [invocationId, outcome] = JSON.parse(payload);
+        if (isId(invocationId)) post({ type: 'invoke_result', invocationId, outcome: checkedOutcome(outcome) });
         return undefined;
       }
       case 'timer_set': {
@@ -173,10 +195,24 @@ async function dynamicImport(specifier, referrer) {
   throw control.makeTypeError(`import of "${typeof specifier === 'string' ? specifier : '?'}" failed: ${control.describe(failure)}`);
 }
 
+// A runtime file evaluated inside the context's realm, before any worker code.
+const runtimeScript = (file) => new vm.Script(readFileSync(new URL(file, import.meta.url), 'utf8'), {
+  filename: `sumi:${file.slice(2)}`,
+}).runInContext(context);
+
+async function runtimeModule(file) {
+  const m = new vm.SourceTextModule(readFileSync(new URL(file, import.meta.url), 'utf8'), {
+    context, identifier: `sumi:${file.slice(2)}`,
+  });
+  await m.link(() => { throw new Error(`${file} may not import`); });
+  await m.evaluate();
+  return m.namespace;
+}
+
 async function load() {
-  control = new vm.Script(readFileSync(new URL('./sandbox.js', import.meta.url), 'utf8'), {
-    filename: 'sumi:sandbox.js',
-  }).runInContext(context)(bridge);
+  const { checkDocument } = await runtimeModule('./document.mjs');
+  const installWorkflow = runtimeScript('./workflow.js');
+  control = runtimeScript('./sandbox.js')(bridge, { installWorkflow, checkDocument });
   const mainName = workerData.mainModule.replace(/^\.\//, '');
   if (!sources.has(mainName)) throw new Error(`main module "${mainName}" is not among the modules`);
   const main = moduleFor(mainName);
@@ -224,6 +260,13 @@ const onMain = {
       post({ type: 'invoke_result', invocationId: msg.invocationId, result: { ok: false, reason: 'threw', error: { name: 'Error', message: loadInfo.loadError, hostError: false } } });
     } else {
       enter(() => control.invokeQueue(JSON.stringify(msg.batch), JSON.stringify(msg.env), msg.invocationId));
+    }
+  },
+  invoke_workflow(msg) {
+    if (loadInfo.loadError) {
+      post({ type: 'invoke_result', invocationId: msg.invocationId, outcome: { kind: 'errored', reason: 'run_threw', message: loadInfo.loadError } });
+    } else {
+      enter(() => control.invokeWorkflow(JSON.stringify(msg.invocation), JSON.stringify(msg.env), msg.invocationId));
     }
   },
   host_reply(msg) {
