@@ -7,7 +7,6 @@ isolate by a topic prefix and database schema per Host and a Space per test.
 """
 
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from sumi.infra import KafkaBroker, PostgresServer
-from tests.hostkit import Host, SpaceFixture, new_settings, running_host
+from tests.hostkit import Host, SpaceFixture, new_settings, new_space, running_host
 
 # Properties, not timings: a loaded 2-core CI machine must not fail a test by its clock.
 hypothesis_settings.register_profile("sumi", deadline=None)
@@ -68,21 +67,7 @@ def host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
 
 @pytest.fixture
 async def space(host: Host) -> AsyncIterator[SpaceFixture]:
-    name = "sp-" + uuid.uuid4().hex[:10]
-    admin = {"Authorization": f"Bearer {host.admin_token}"}
-    async with httpx.AsyncClient(base_url=host.url, timeout=30) as client:
-        r = await client.post("/v2/spaces", json={"name": name}, headers=admin)
-        assert r.status_code == 201, r.text
-        tokens = []
-        for role in ("editor", "viewer"):
-            r = await client.post(
-                "/v2/tokens",
-                headers=admin,
-                json={"principal": f"{role}-{name}", "grants": [{"space": name, "role": role}], "admin": False},
-            )
-            assert r.status_code == 201, r.text
-            tokens.append(r.json()["token"])
-    yield SpaceFixture(name, tokens[0], tokens[1])
+    yield await new_space(host)
 
 
 @pytest.fixture

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import httpx
+
 from sumi.core.config import Settings
 from sumi.infra import free_port
 from sumi.supervisor import Supervisor
@@ -71,3 +73,22 @@ class SpaceFixture:
     def __iter__(self) -> Iterator[str]:
         """Unpacks as (name, editor_token, viewer_token)."""
         return iter((self.name, self.editor_token, self.viewer_token))
+
+
+async def new_space(host: Host) -> SpaceFixture:
+    """A fresh Space with an editor and a viewer token, made over HTTP by the admin."""
+    name = "sp-" + uuid.uuid4().hex[:10]
+    admin = {"Authorization": f"Bearer {host.admin_token}"}
+    async with httpx.AsyncClient(base_url=host.url, timeout=30) as client:
+        r = await client.post("/v2/spaces", json={"name": name}, headers=admin)
+        assert r.status_code == 201, r.text
+        tokens = []
+        for role in ("editor", "viewer"):
+            r = await client.post(
+                "/v2/tokens",
+                headers=admin,
+                json={"principal": f"{role}-{name}", "grants": [{"space": name, "role": role}], "admin": False},
+            )
+            assert r.status_code == 201, r.text
+            tokens.append(r.json()["token"])
+    return SpaceFixture(name, tokens[0], tokens[1])

@@ -1,7 +1,7 @@
 """Projections: stream processors that fold topics into Postgres read models."""
 
 from sumi.core.config import Settings
-from sumi_projections import control, queue
+from sumi_projections import control, quarantine, queue
 from sumi_projections._migrate import drop, migrate
 from sumi_projections._runner import ProjectionRunner, run_all
 
@@ -10,6 +10,7 @@ def runners(settings: Settings) -> list[ProjectionRunner]:
     return [
         ProjectionRunner(settings, "control", settings.topic("control"), control.apply),
         ProjectionRunner(settings, "queue", settings.topic("queue"), queue.apply),
+        ProjectionRunner(settings, "quarantine", settings.topic("quarantine"), quarantine.apply),
     ]
 
 

@@ -1,10 +1,16 @@
-"""The one projection loop: topic records -> Postgres rows, exactly once.
+"""The one projection loop: topic records -> Postgres rows, exactly once (on `sumi.core.kafka`).
 
 Each polled batch is applied in one Postgres transaction together with the
 next offset of every partition it covers (projection_offsets), and on start
 the consumer seeks to those stored offsets: commits never outrun durable
 state, and a crash anywhere replays at most what was not yet committed.
 No consumer group: the projection assigns itself every partition.
+
+A record that does not decode, or whose apply raises, is quarantined: sent to
+the quarantine topic and acknowledged there before the transaction holding the
+offset past it commits (a crash in between quarantines it again; the
+quarantine read model keeps one row per source record). The rest of its batch
+is applied as usual.
 """
 
 import asyncio
@@ -12,13 +18,14 @@ import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from sumi.core import codec
+from sumi.core import kafka
 from sumi.core.config import Settings
+from sumi.core.kafka import Out
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +33,42 @@ Apply = Callable[[psycopg.AsyncCursor[Any], Any, int, int], Awaitable[None]]
 # Optional, next to a projection module's `apply`: one partition's records (record, partition,
 # offset) in log order, applied with the same effect as `apply` one by one, in fewer statements.
 ApplyMany = Callable[[psycopg.AsyncCursor[Any], list[tuple[Any, int, int]]], Awaitable[None]]
+# Errors that say Postgres itself is unreachable, not that a record is bad: never a quarantine.
+_INFRASTRUCTURE = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+class Sink(Protocol):
+    """Where a projection sets aside the records it quarantines."""
+
+    async def put(self, outs: list[Out]) -> None: ...
+
+
+class KafkaSink:
+    """The live sink: the quarantine topic, acknowledged by every in-sync replica."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.producer: AIOKafkaProducer | None = None
+
+    async def put(self, outs: list[Out]) -> None:
+        if self.producer is None:  # most projections never quarantine anything
+            self.producer = kafka.new_producer(self.settings, linger_ms=1)
+            await self.producer.start()
+        await kafka.send_durably(self.producer, outs, self.settings.partitions)
+
+    async def close(self) -> None:
+        if self.producer is not None:
+            await self.producer.stop()
+
+
+class Collected:
+    """The audit's sink: `sumi replay` reports what it would quarantine and writes nothing."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    async def put(self, outs: list[Out]) -> None:
+        self.records += [o.record for o in outs]
 
 
 class ProjectionRunner:
@@ -36,22 +79,21 @@ class ProjectionRunner:
         self.apply = apply
         module = sys.modules.get(getattr(apply, "__module__", ""))
         self.apply_many: ApplyMany | None = getattr(module, "apply_many", None)
+        self.quarantine = kafka.Quarantine(settings, f"projection-{name}")
         self._marked = 0.0
 
-    async def run(self, until: dict[int, int] | None = None) -> None:
+    async def run(self, until: dict[int, int] | None = None, sink: Sink | None = None) -> None:
         """Project forever, or (for the audit) exactly up to `until`'s next offsets."""
         conn = await psycopg.AsyncConnection.connect(
             self.settings.database_url, autocommit=True, options=f"-c search_path={self.settings.db_schema}"
         )
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-        )
+        consumer = kafka.new_consumer(self.settings)
+        live = KafkaSink(self.settings) if sink is None else None
+        sink = live or sink
+        assert sink is not None
         await consumer.start()
         try:
-            tps = [TopicPartition(self.topic, p) for p in await self._partitions(consumer)]
+            tps = await kafka.partitions(consumer, self.topic)
             consumer.assign(tps)
             stored = await self._stored_offsets(conn)
             for tp in tps:
@@ -59,18 +101,21 @@ class ProjectionRunner:
                     consumer.seek(tp, stored[tp.partition])
                 else:
                     await consumer.seek_to_beginning(tp)
-            while until is None or not await self._reached(consumer, tps, until):
-                batch = await consumer.getmany(timeout_ms=200, max_records=1000)
-                if until is not None:
-                    batch = {tp: [m for m in ms if m.offset < until.get(tp.partition, 0)] for tp, ms in batch.items()}
+            target = None if until is None else {tp: until.get(tp.partition, 0) for tp in tps}
+            async for polled in kafka.batches(consumer, target, max_records=1000):
+                batch = polled
+                if target is not None:
+                    batch = {tp: [m for m in ms if m.offset < target[tp]] for tp, ms in polled.items()}
                     batch = {tp: ms for tp, ms in batch.items() if ms}
                 if batch:
-                    await self._apply_batch(conn, batch)
+                    await self._apply_batch(conn, batch, sink)
                 if until is None and (not batch or await self._at_end(consumer, tps)):
                     await self._mark_caught_up(conn)
         finally:
             await consumer.stop()
             await conn.close()
+            if live is not None:
+                await live.close()
 
     @staticmethod
     async def _at_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
@@ -94,22 +139,6 @@ class ProjectionRunner:
             (self.name,),
         )
 
-    @staticmethod
-    async def _reached(consumer: AIOKafkaConsumer, tps: list[TopicPartition], until: dict[int, int]) -> bool:
-        for tp in tps:
-            if await consumer.position(tp) < until.get(tp.partition, 0):
-                return False
-        return True
-
-    async def _partitions(self, consumer: AIOKafkaConsumer) -> list[int]:
-        for _ in range(100):  # metadata of a just-created topic can take a moment
-            parts = consumer.partitions_for_topic(self.topic)
-            if parts:
-                return sorted(parts)
-            await consumer._client.force_metadata_update()
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"topic {self.topic} has no partitions")
-
     async def _stored_offsets(self, conn: psycopg.AsyncConnection[Any]) -> dict[int, int]:
         rows = await (
             await conn.execute(
@@ -119,21 +148,64 @@ class ProjectionRunner:
         ).fetchall()
         return {p: o for p, o in rows}
 
-    async def _apply_batch(self, conn: psycopg.AsyncConnection[Any], batch: dict[TopicPartition, list[Any]]) -> None:
+    async def _apply_batch(
+        self, conn: psycopg.AsyncConnection[Any], batch: dict[TopicPartition, list[Any]], sink: Sink
+    ) -> None:
+        now = int(time.time() * 1000)
+        outs: list[Out] = []
+        good: dict[TopicPartition, list[tuple[Any, Any]]] = {}
+        for tp, messages in batch.items():
+            for m in messages:
+                record = kafka.decode(m.value)
+                if isinstance(record, kafka.Rejected):
+                    outs.append(self.quarantine.out(m, record, now))
+                else:
+                    good.setdefault(tp, []).append((record, m))
         async with conn.transaction():
             async with conn.cursor() as cur:
+                outs += await self._apply(conn, cur, good, now)
+                if outs:  # durably set aside before the offsets below move past them
+                    await sink.put(outs)
                 for tp, messages in batch.items():
-                    if self.apply_many is not None:
-                        await self.apply_many(cur, [(codec.decode(m.value), tp.partition, m.offset) for m in messages])
-                    else:
-                        for m in messages:
-                            await self.apply(cur, codec.decode(m.value), tp.partition, m.offset)
                     await cur.execute(
                         "INSERT INTO projection_offsets (projection, topic, partition, next_offset) "
                         "VALUES (%s, %s, %s, %s) ON CONFLICT (projection, topic, partition) "
                         "DO UPDATE SET next_offset = EXCLUDED.next_offset",
                         (self.name, self.topic, tp.partition, messages[-1].offset + 1),
                     )
+
+    async def _apply(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        cur: psycopg.AsyncCursor[Any],
+        good: dict[TopicPartition, list[tuple[Any, Any]]],
+        now: int,
+    ) -> list[Out]:
+        """Apply the batch's records; quarantine each one whose apply raises (found one by one)."""
+        try:
+            async with conn.transaction():  # a savepoint: a failure undoes this batch's rows only
+                for tp, items in good.items():
+                    if self.apply_many is not None:
+                        await self.apply_many(cur, [(rec, tp.partition, m.offset) for rec, m in items])
+                    else:
+                        for rec, m in items:
+                            await self.apply(cur, rec, tp.partition, m.offset)
+            return []
+        except _INFRASTRUCTURE:
+            raise
+        except Exception:
+            log.warning("projection %s: a record of the batch does not apply; applying one by one", self.name)
+        outs = []
+        for tp, items in good.items():
+            for rec, m in items:
+                try:
+                    async with conn.transaction():
+                        await self.apply(cur, rec, tp.partition, m.offset)
+                except _INFRASTRUCTURE:
+                    raise
+                except Exception as exc:
+                    outs.append(self.quarantine.out(m, kafka.failed(exc), now))
+        return outs
 
 
 async def run_all(runners: list[ProjectionRunner]) -> None:

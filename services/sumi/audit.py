@@ -1,6 +1,10 @@
 """`sumi replay`: the audit. Every read model is rebuilt from the topics into a
 fresh schema, up to exactly the offsets the live projections have reached,
-and compared row for row with the live schema (rule 1: Kafka is the truth)."""
+and compared row for row with the live schema (rule 1: Kafka is the truth).
+
+Records the projections cannot decode or apply are reported, not fatal: the
+replay quarantines them the way the live projections do, but only into its
+report (an audit writes nothing to the topics)."""
 
 import asyncio
 import dataclasses
@@ -8,21 +12,40 @@ import time
 
 import psycopg
 
+from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi_projections import drop, migrate, runners
+from sumi_projections._runner import Collected
 
 SKIP = {"projection_offsets", "projection_status", "schema_version"}
 
 
-async def replay_and_compare(settings: Settings, timeout: float = 120.0) -> list[str]:
+@dataclasses.dataclass
+class Audit:
+    differences: list[str]  # between the live read models and the replayed ones
+    quarantined: list[r.RecordQuarantined]  # what the replay could not decode or apply
+
+    def lines(self) -> list[str]:
+        out = list(self.differences)
+        out += [
+            f"quarantined: {q.sourceTopic}[{q.partition}]@{q.offset} by {q.processor}: {q.reason} ({q.detail})"
+            for q in self.quarantined
+        ]
+        return out
+
+
+async def replay_and_compare(settings: Settings, timeout: float = 120.0) -> Audit:
     replay = dataclasses.replace(settings, db_schema=f"{settings.db_schema}_replay_{int(time.time())}")
     await asyncio.to_thread(migrate, settings.database_url, replay.db_schema)
     try:
         targets = await _live_offsets(settings)
+        sink = Collected()
         await asyncio.wait_for(
-            asyncio.gather(*(r.run(until=targets.get((r.name, r.topic), {})) for r in runners(replay))), timeout
+            asyncio.gather(*(p.run(until=targets.get((p.name, p.topic), {}), sink=sink) for p in runners(replay))),
+            timeout,
         )
-        return await _differences(settings, settings.db_schema, replay.db_schema)
+        differences = await _differences(settings, settings.db_schema, replay.db_schema)
+        return Audit(differences, sink.records)
     finally:
         await asyncio.to_thread(drop, settings.database_url, replay.db_schema)
 

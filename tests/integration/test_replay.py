@@ -99,4 +99,6 @@ async def test_drop_and_rebuild_read_models_gives_the_same_rows(own_host: Host) 
 async def test_sumi_replay_audit_finds_no_difference(own_host: Host) -> None:
     await _activity(own_host)
     await asyncio.sleep(0.5)
-    assert await replay_and_compare(own_host.settings, timeout=60) == []
+    audit = await replay_and_compare(own_host.settings, timeout=60)
+    assert audit.differences == []
+    assert audit.quarantined == []

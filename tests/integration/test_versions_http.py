@@ -1,6 +1,6 @@
 """WorkerVersion 0.5.0 and WorkerDeployment 0.4.0 over real HTTP against a real Host.
 
-The `host` fixture runs every service, the verifier (`sumi.runtime.verifier`)
+The `host` fixture runs every service, the verifier (`sumi.verifier`)
 included: a Version's create Operation ends only once its module was loaded in
 the real JavaScript or Python runtime.
 """

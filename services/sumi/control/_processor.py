@@ -4,10 +4,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from sumi.control._decide import decide
-from sumi.control._state import ControlState, evolve
+from sumi.control.state import ControlState, evolve
 from sumi.core import records as r
 from sumi.core.config import Settings
-from sumi.core.runner import Out, TransactionalRunner
+from sumi.core.kafka import Out
+from sumi.core.runner import TransactionalRunner
 from sumi.core.topics import ADMIN_KEY
 
 

@@ -85,20 +85,43 @@ def encode(record: Record) -> bytes:
     return out.getvalue()
 
 
+class Undecodable(ValueError):
+    """Bytes that are no record of ours; `reason` is one word a dead-letter reader can count by."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
 def decode(data: bytes) -> Record:
+    if not data:
+        raise Undecodable("empty", "the record has no value")
     if data[:2] != MAGIC:
-        raise ValueError("not an Avro single-object encoded record")
+        raise Undecodable("not_avro", "not an Avro single-object encoded record")
+    if len(data) < 10:
+        raise Undecodable("truncated", f"{len(data)} bytes: shorter than the Avro single-object header")
     writer = _registry()[1].get(data[2:10])
     if writer is None:
-        raise ValueError(f"unknown schema fingerprint {data[2:10].hex()}")
+        raise Undecodable("unknown_schema", f"unknown schema fingerprint {data[2:10].hex()}")
     name = _short_name(writer)
     reader = schema_of(name)
-    raw = fastavro.schemaless_reader(io.BytesIO(data[10:]), writer, reader)
+    body = io.BytesIO(data[10:])
+    try:
+        raw = fastavro.schemaless_reader(body, writer, reader)
+    except EOFError as exc:
+        raise Undecodable("truncated", f"the {name} body ends early: {exc or 'end of data'}") from exc
+    except Exception as exc:  # fastavro's errors for malformed bodies are many and unrelated
+        raise Undecodable("malformed", f"the {name} body does not decode: {exc!r}") from exc
+    if body.tell() != len(data) - 10:
+        raise Undecodable("malformed", f"{len(data) - 10 - body.tell()} bytes after the {name} body")
     cls = RECORD_TYPES[name]
     values = {k: _from_avro(v) for k, v in raw.items()}  # type: ignore[union-attr]
     if "grants" in values:
         values["grants"] = tuple(values["grants"])
-    return cls(**values)  # type: ignore[no-any-return]
+    try:
+        return cls(**values)  # type: ignore[no-any-return]
+    except (TypeError, ValueError) as exc:
+        raise Undecodable("malformed", f"the {name} values do not make a record: {exc}") from exc
 
 
 def _to_avro(values: dict[str, Any]) -> dict[str, Any]:

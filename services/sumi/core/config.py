@@ -16,6 +16,12 @@ class Settings:
     http_port: int = 8080
     decision_timeout: float = 10.0
     state_dir: str = ".sumi"
+    # Worker runtimes (see sumi.runtime._walls and docs/security.md). Python
+    # worker code owns its process, so without the OS walls (bubblewrap) it
+    # would own the Host: refused unless the operator says so here.
+    allow_unwalled_python: bool = False
+    runtime_walls: str = ""  # "" = the strongest this machine has; or bwrap, unshare, none
+    runtime_memory_mb: int = 4096  # RLIMIT_DATA of the JavaScript runtime process
 
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
@@ -31,6 +37,9 @@ class Settings:
             "http_port": int(env.get("SUMI_HTTP_PORT", "8080")),
             "decision_timeout": float(env.get("SUMI_DECISION_TIMEOUT", "10")),
             "state_dir": env.get("SUMI_STATE_DIR", ".sumi"),
+            "allow_unwalled_python": env.get("SUMI_ALLOW_UNWALLED_PYTHON", "") in ("1", "true", "yes"),
+            "runtime_walls": env.get("SUMI_RUNTIME_WALLS", ""),
+            "runtime_memory_mb": int(env.get("SUMI_RUNTIME_MEMORY_MB", "4096")),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
@@ -51,4 +60,7 @@ class Settings:
             "SUMI_HTTP_PORT": str(self.http_port),
             "SUMI_DECISION_TIMEOUT": str(self.decision_timeout),
             "SUMI_STATE_DIR": self.state_dir,
+            "SUMI_ALLOW_UNWALLED_PYTHON": "1" if self.allow_unwalled_python else "",
+            "SUMI_RUNTIME_WALLS": self.runtime_walls,
+            "SUMI_RUNTIME_MEMORY_MB": str(self.runtime_memory_mb),
         }

@@ -1,35 +1,32 @@
-"""The one generic consume -> decide -> produce loop, in Kafka transactions.
+"""The one consume -> decide -> produce processor, in Kafka transactions (on `sumi.core.kafka`).
 
 A processor owns the partitions of its input topic that the consumer group
 gives it. Its state for a partition is the fold of the same partition of its
 changelog topic, read to the end (read_committed) before any input of that
 partition is decided. Each polled batch is decided and produced in one
 transaction together with the input offsets (send_offsets_to_transaction),
-so outputs, state and progress commit together or not at all. Any error ends
-the process: state is only ever rebuilt from the log, never patched up.
+so outputs, state and progress commit together or not at all.
+
+An input record that does not decode, or whose handling raises, is quarantined
+in that same transaction and the processor goes on with the next one. A bad
+record in the changelog is skipped by the fold (the projection of that topic
+quarantined it when it met it). Any other error (Kafka, a failed transaction)
+ends the process: state is only ever rebuilt from the log, never patched up.
 """
 
 import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
-from sumi.core import codec
+from sumi.core import kafka
 from sumi.core.config import Settings
-from sumi.core.topics import MAX_RECORD_BYTES, partition_for
+from sumi.core.kafka import Out
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Out:
-    topic: str
-    key: str
-    record: Any
 
 
 class Logic(Protocol):
@@ -40,7 +37,9 @@ class Logic(Protocol):
         """Apply one changelog record to the state."""
 
     def handle(self, record: Any, now: int) -> Iterable[Out]:
-        """Decide one input record; fold what it emits to the changelog itself."""
+        """Decide one input record; fold what it emits to the changelog itself.
+
+        If it raises, it must have left the state as it was (decide first, then fold)."""
 
 
 class TransactionalRunner:
@@ -54,38 +53,29 @@ class TransactionalRunner:
         self.logic = logic
         self.group = f"{settings.topic_prefix}-{name}"
         self.transactional_id = f"{settings.topic_prefix}-{name}-{instance}"
+        self.quarantine = kafka.Quarantine(settings, name)
         self.ready = asyncio.Event()
         self.failed: BaseException | None = None
         self.rebuilding = False
         self.epoch = 0
 
     async def run(self) -> None:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            transactional_id=self.transactional_id,
-            enable_idempotence=True,
-            linger_ms=1,
-            max_request_size=MAX_RECORD_BYTES,
-        )
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            group_id=self.group,
-            isolation_level="read_committed",
+        producer = kafka.new_producer(self.settings, self.transactional_id, linger_ms=1)
+        consumer = kafka.new_consumer(
+            self.settings,
+            self.group,
             # Static membership: a restarted instance takes its partitions
             # back at once instead of after the dead one's session expires.
             group_instance_id=self.transactional_id,
             session_timeout_ms=10000,
             heartbeat_interval_ms=2000,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
         )
         await producer.start()
         await consumer.start()
         try:
             consumer.subscribe([self.input_topic], listener=_Rebuild(self))
-            while True:
-                epoch = self.epoch
-                batch = await consumer.getmany(timeout_ms=500, max_records=500)
+            epoch = self.epoch
+            async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
                 if self.failed is not None:
                     raise RuntimeError("rebuilding state failed") from self.failed
                 # aiokafka may hand out records fetched while the listener was still folding;
@@ -96,53 +86,59 @@ class TransactionalRunner:
                             consumer.seek(tp, messages[0].offset)
                 elif batch:
                     await self._process(producer, batch)
+                epoch = self.epoch  # for the next poll
         finally:
             await consumer.stop()
             await producer.stop()
 
+    def decide(self, message: Any, now: int) -> list[Out]:
+        """One input record's outputs, or its quarantine: never an exception."""
+        record = kafka.decode(message.value)
+        if isinstance(record, kafka.Rejected):
+            return [self.quarantine.out(message, record, now)]
+        try:
+            return list(self.logic.handle(record, now))
+        except Exception as exc:
+            log.exception("%s could not handle %s[%d]@%d", self.name, message.topic, message.partition, message.offset)
+            return [self.quarantine.out(message, kafka.failed(exc), now)]
+
     async def _process(self, producer: AIOKafkaProducer, batch: dict[TopicPartition, list[Any]]) -> None:
-        async with producer.transaction():
-            for messages in batch.values():
-                for message in messages:
-                    for out in self.logic.handle(codec.decode(message.value), int(time.time() * 1000)):
-                        await producer.send(
-                            out.topic,
-                            codec.encode(out.record),
-                            key=out.key.encode(),
-                            partition=partition_for(out.key, self.settings.partitions),
-                        )
-            offsets = {tp: messages[-1].offset + 1 for tp, messages in batch.items()}
-            await producer.send_offsets_to_transaction(offsets, self.group)
+        now = int(time.time() * 1000)
+        outs = [out for messages in batch.values() for message in messages for out in self.decide(message, now)]
+        offsets = {tp: messages[-1].offset + 1 for tp, messages in batch.items()}
+        await kafka.commit(producer, outs, self.settings.partitions, offsets, self.group)
+
+    def fold(self, message: Any, before_end: bool = True) -> None:
+        record = kafka.decode(message.value)
+        if isinstance(record, kafka.Rejected):
+            log.warning(
+                "%s skips %s[%d]@%d in its changelog: %s",
+                self.name,
+                message.topic,
+                message.partition,
+                message.offset,
+                record.detail,
+            )
+            return
+        try:
+            self.logic.fold(record)
+        except Exception:
+            log.exception(
+                "%s skips %s[%d]@%d: folding it failed", self.name, message.topic, message.partition, message.offset
+            )
 
     async def rebuild(self, partitions: Iterable[int]) -> None:
         """Fold the changelog partitions to their ends before deciding anything new."""
         tps = [TopicPartition(self.changelog_topic, p) for p in partitions]
         if not tps:
             return
-        reader = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap, isolation_level="read_committed", enable_auto_commit=False
-        )
+        reader = kafka.new_consumer(self.settings)
         await reader.start()
         try:
-            reader.assign(tps)
-            await reader.seek_to_beginning(*tps)
-            ends = await reader.end_offsets(tps)
-            count = 0
-            while await _behind(reader, ends):
-                for messages in (await reader.getmany(timeout_ms=200, max_records=5000)).values():
-                    for message in messages:
-                        self.logic.fold(codec.decode(message.value))
-                        count += 1
-            log.info("%s rebuilt %d records from %d partitions", self.name, count, len(tps))
+            ends = await kafka.read_to_end(reader, tps, self.fold)
+            log.info("%s rebuilt %d partitions up to %s", self.name, len(tps), ends)
         finally:
             await reader.stop()
-
-
-async def _behind(reader: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:
-    for tp, end in ends.items():
-        if await reader.position(tp) < end:
-            return True
-    return False
 
 
 class _Rebuild(ConsumerRebalanceListener):  # type: ignore[misc]

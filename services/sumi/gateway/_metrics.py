@@ -1,8 +1,9 @@
 """Request counts and latency by route template and status, in a registry per app."""
 
 import time
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -15,6 +16,20 @@ class Metrics:
         self.latency = Histogram(
             "sumi_http_request_duration_seconds", "Time to answer an HTTP request", labels, registry=self.registry
         )
+
+        # The processors run in processes of their own; what they quarantine reaches this one
+        # through the quarantine topic's read model, read at each scrape.
+        self.quarantined = Gauge(
+            "sumi_quarantined_records",
+            "Records a processor could not decode or apply and set aside on the quarantine topic",
+            ("processor", "topic", "reason"),
+            registry=self.registry,
+        )
+
+    def set_quarantined(self, rows: list[dict[str, Any]]) -> None:
+        self.quarantined.clear()
+        for row in rows:
+            self.quarantined.labels(row["processor"], row["source_topic"], row["reason"]).set(row["n"])
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()

@@ -1,11 +1,13 @@
 """Service endpoints (host-api.md section 7): liveness, readiness, metrics."""
 
 import asyncio
+import logging
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from sumi.core import kafka
 from sumi.core.problems import Problem
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import authenticate
@@ -14,6 +16,7 @@ from sumi.gateway._problems import problem_response
 from sumi.gateway._routing import route
 
 READY_TIMEOUT = 2.0
+log = logging.getLogger(__name__)
 
 
 async def healthz(request: Request) -> Response:
@@ -27,7 +30,7 @@ async def readyz(request: Request) -> Response:
         row = await asyncio.wait_for(reads.projections_status(db), READY_TIMEOUT)
         if row["n"] == 0 or row["stale"]:
             raise RuntimeError("projections are not caught up")
-        await asyncio.wait_for(db.producer.client.fetch_all_metadata(), READY_TIMEOUT)
+        await asyncio.wait_for(kafka.reachable(db.producer), READY_TIMEOUT)
     except Exception as exc:  # readiness answers, whatever broke; it never raises
         return problem_response(Problem("backend_unavailable", f"not ready: {exc!r}"), request.url.path)
     return JSONResponse({"status": "ready"})
@@ -36,6 +39,15 @@ async def readyz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     # Not among the contract's open endpoints (section 1): a scraper sends a bearer token.
     await authenticate(request)
+    try:
+        rows = await asyncio.wait_for(
+            reads.quarantine_counts(backend(request)),
+            READY_TIMEOUT,
+        )
+    except Exception as exc:  # Postgres down: the scrape still answers, with the counts it last read
+        log.warning("/metrics: quarantine counts not read: %r", exc)
+    else:
+        request.app.state.metrics.set_quarantined(rows)
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -7,12 +7,14 @@ whole). The broker listens on 127.0.0.1 only.
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import uuid
 from pathlib import Path
 from xml.etree import ElementTree
 
+from sumi._lifeline import STOP_GRACE, stop_watched, watchdog_argv
 from sumi.infra._cache import cache_dir
 from sumi.infra._ports import free_port, wait_for_port
 
@@ -91,6 +93,11 @@ class KafkaBroker:
         )
 
     def start(self, timeout: float = 90.0) -> "KafkaBroker":
+        self.launch()
+        return self.wait_started(timeout)
+
+    def launch(self) -> None:
+        """Format the data directory on first use and start the broker; `wait_started` waits for it."""
         libs = ensure_jars()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props = self.data_dir / "server.properties"
@@ -120,21 +127,22 @@ class KafkaBroker:
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
-        log = open(self.data_dir / "broker.log", "ab")
-        self._proc = subprocess.Popen(
-            [*java, "kafka.Kafka", str(props)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        with open(self.data_dir / "broker.log", "ab") as log:
+            # Under a watchdog holding a lifeline to us: the broker dies with its parent.
+            self._proc = subprocess.Popen(
+                watchdog_argv([*java, "kafka.Kafka", str(props)], signal.SIGTERM, STOP_GRACE),
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def wait_started(self, timeout: float = 90.0) -> "KafkaBroker":
         wait_for_port(self.port, timeout, alive=lambda: self._proc is not None and self._proc.poll() is None)
         return self
 
     def stop(self) -> None:
-        if self._proc and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop_watched(self._proc)
         self._proc = None
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)

@@ -1,5 +1,6 @@
 import socket
 import time
+from collections.abc import Callable
 
 
 def free_port() -> int:
@@ -8,7 +9,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(port: int, timeout: float, alive=lambda: True) -> None:
+def wait_for_port(port: int, timeout: float, alive: Callable[[], bool] = lambda: True) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not alive():
@@ -19,3 +20,18 @@ def wait_for_port(port: int, timeout: float, alive=lambda: True) -> None:
         except OSError:
             time.sleep(0.1)
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something else listens on (or holds) host:port.
+
+    SO_REUSEADDR as the servers themselves set it, so a port whose last
+    connections linger in TIME_WAIT after a stop counts as free.
+    """
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False

@@ -9,12 +9,14 @@ its own, as the wheel itself does.
 
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from sumi._lifeline import STOP_GRACE, stop_watched, watchdog_argv
 from sumi.infra._ports import free_port, wait_for_port
 
 PG_USER = "embedded_postgres"
@@ -37,6 +39,8 @@ def _run_as() -> tuple[int | None, int | None]:
     )
 
     entry = ensure_user_exists(PG_USER)
+    if entry is None:
+        raise RuntimeError(f"could not create the system user {PG_USER!r} PostgreSQL runs as")
     read_exec = stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH
     # The server's user must reach the binaries, wherever the venv lives (a 0700 temp dir too).
     ensure_prefix_permissions(POSTGRES_BIN_PATH)
@@ -61,32 +65,20 @@ class PostgresServer:
         self._proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> "PostgresServer":
+        self.launch()
+        return self.wait_started(timeout)
+
+    def launch(self) -> None:
+        """Create the cluster on first use and start the server; `wait_started` waits for it."""
         uid, gid = _run_as()
         self.base_dir.mkdir(parents=True, exist_ok=True)
         if uid is not None:
             _open_path_to(self.base_dir)
             os.chown(self.base_dir, uid, gid)  # type: ignore[arg-type]
-        as_user = {"user": uid, "group": gid} if uid is not None else {}
         if not (self.pgdata / "PG_VERSION").exists():
-            subprocess.run(
-                [
-                    _bin("initdb"),
-                    "-D",
-                    str(self.pgdata),
-                    "--auth=trust",
-                    "--encoding=utf8",
-                    "-U",
-                    "postgres",
-                    "--no-sync",
-                ],
-                check=True,
-                stdout=subprocess.DEVNULL,
-                cwd=self.base_dir,
-                **as_user,
-            )
-        log = open(self.base_dir / "postgres.log", "ab")
-        self._proc = subprocess.Popen(
-            [
+            self._initdb(uid, gid)
+        with open(self.base_dir / "postgres.log", "ab") as log:
+            argv = [
                 _bin("postgres"),
                 "-D",
                 str(self.pgdata),
@@ -102,13 +94,33 @@ class PostgresServer:
                 "max_connections=200",
                 "-c",
                 "synchronous_commit=off",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            ]
+            # Under a watchdog holding a lifeline to us; SIGINT is PostgreSQL's "fast" shutdown.
+            self._proc = subprocess.Popen(
+                watchdog_argv(argv, signal.SIGINT, STOP_GRACE, user=uid),
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.base_dir,
+                start_new_session=True,
+            )
+
+    def _initdb(self, uid: int | None, gid: int | None) -> None:
+        # Into a side directory, renamed when whole: an initdb cut short by a stop leaves no half cluster.
+        partial = self.base_dir / "pgdata.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        subprocess.run(
+            [_bin("initdb"), "-D", str(partial), "--auth=trust", "--encoding=utf8", "-U", "postgres", "--no-sync"],
+            check=True,
+            stdout=subprocess.DEVNULL,
             cwd=self.base_dir,
-            start_new_session=True,
-            **as_user,
+            user=uid,
+            group=gid,
         )
+        shutil.rmtree(self.pgdata, ignore_errors=True)  # no PG_VERSION: not a cluster, at most a stale half
+        partial.rename(self.pgdata)
+
+    def wait_started(self, timeout: float = 60.0) -> "PostgresServer":
         wait_for_port(self.port, timeout, alive=lambda: self._proc is not None and self._proc.poll() is None)
         self._wait_accepting(timeout)
         return self
@@ -127,13 +139,7 @@ class PostgresServer:
                 time.sleep(0.1)
 
     def stop(self) -> None:
-        if self._proc and self._proc.poll() is None:
-            self._proc.terminate()  # SIGTERM: PostgreSQL's "smart" shutdown
-            try:
-                self._proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop_watched(self._proc)
         self._proc = None
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)

@@ -13,8 +13,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from sumi.core import codec
-from sumi.core.topics import partition_for
+from sumi.core import kafka
 
 
 class Outbox:
@@ -47,9 +46,7 @@ class Outbox:
             try:
                 async with self.producer.transaction():
                     for topic, key, record in items:
-                        await self.producer.send(
-                            topic, codec.encode(record), key=key.encode(), partition=partition_for(key, self.partitions)
-                        )
+                        await kafka.send(self.producer, topic, key, record, self.partitions)
             except BaseException as exc:
                 self.failed = exc
                 for fut in waiters + self._waiters:

@@ -8,6 +8,8 @@ Plumbing around the pure core (`_state`, `_decide`, `_batching`):
   are either new `MessageAccepted` (folded) or its own records (already folded
   when decided, skipped unread).
 - The control log is read the same way, as a global table (no group).
+- A record in either log that is no record of ours, or that a fold refuses, is
+  skipped (logged): the projections of both topics quarantine and count it.
 - Every decision is folded at once and committed through the outbox; a batch
   is committed before its handler starts, a settlement before its Promise
   resolves, an end-of-batch before a delete reports its stop boundary.
@@ -26,9 +28,9 @@ import logging
 import time
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
-from sumi.core import codec, ids
+from sumi.core import codec, ids, kafka
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
@@ -42,20 +44,6 @@ from sumi.queue._state import ENGINE_RECORDS, EngineState, evolve
 
 log = logging.getLogger("sumi.queue")
 SWEEP_MS = 1000
-
-
-# aiokafka retries an AddPartitionsToTxn that the broker refuses with CONCURRENT_TRANSACTIONS
-# (it is still writing the previous commit's markers, KAFKA-5477) after a fixed 20 ms. The
-# outbox commits back to back, so under load nearly every transaction paid that once: ~20 ms
-# on every batch start and every batch end. The markers of a commit take a few ms.
-TXN_RETRY_S = 0.005
-
-
-def shorten_txn_retry() -> None:
-    import aiokafka.producer.sender as sender
-
-    if isinstance(getattr(sender, "BACKOFF_OVERRIDE", None), float):  # absent in other versions
-        sender.BACKOFF_OVERRIDE = min(sender.BACKOFF_OVERRIDE, TXN_RETRY_S)
 
 
 def now_ms() -> int:
@@ -108,8 +96,7 @@ class Engine:
         )
 
     def consumer(self, uid: str) -> Consumer | None:
-        res = self.control.resources.get(uid)
-        return Consumer.of(res) if res is not None else None
+        return self.control.consumer(uid)
 
     def servable(self, key: Key) -> bool:
         """Whether a warm context of (Consumer, Version) may serve another batch."""
@@ -207,7 +194,7 @@ class Engine:
         self.emit(
             [
                 self.command(
-                    "operation.report", op.space, {"operationId": op.id, "outcome": "succeeded", "effect": "complete"}
+                    "operation.report", c.space, {"operationId": op.id, "outcome": "succeeded", "effect": "complete"}
                 )
             ]
         )
@@ -224,7 +211,7 @@ class Engine:
                 [
                     self.command(
                         "operation.report",
-                        op.space,
+                        c.space,
                         {
                             "operationId": op.id,
                             "outcome": "reconciling",
@@ -254,8 +241,8 @@ class Engine:
             "workerExists": worker is not None,
             "consumerAttached": queue is not None and worker is not None,
         }
-        res = self.control.resources[c.uid]
-        if observed == self.observed_sent.get(c.uid) or observed == res.observed:
+        res = self.control.resource(c.uid)
+        if observed == self.observed_sent.get(c.uid) or res is None or observed == res.observed:
             return
         self.observed_sent[c.uid] = observed
         self.emit([self.command("resource.observe", c.space, {"uid": c.uid, "observed": observed})])
@@ -287,69 +274,43 @@ class Engine:
 
     # ---- reading the logs --------------------------------------------------------------------
 
-    async def _open(self, topic: str) -> tuple[AIOKafkaConsumer, dict[TopicPartition, int]]:
+    async def _reader(self, topic: str) -> tuple[AIOKafkaConsumer, list[Any]]:
         # A fetch is a long poll: the broker answers as soon as committed data is there, so
         # its wait only bounds idle polling. A short one costs the engine and the broker a
         # fetch round every few ms for nothing (a third of the engine's CPU under load).
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-            fetch_max_wait_ms=500,
-            max_partition_fetch_bytes=4 << 20,
-        )
+        consumer = kafka.new_consumer(self.settings, fetch_max_wait_ms=500, max_partition_fetch_bytes=4 << 20)
         await consumer.start()
-        parts = None
-        for _ in range(100):
-            parts = consumer.partitions_for_topic(topic)
-            if parts:
-                break
-            await consumer._client.force_metadata_update()
-            await asyncio.sleep(0.1)
-        if not parts:
-            raise RuntimeError(f"topic {topic} has no partitions")
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        return consumer, await consumer.end_offsets(tps)
+        return consumer, await kafka.partitions(consumer, topic)
 
-    async def _catch_up(self, consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int], fold: Any) -> None:
-        while await _behind(consumer, ends):
-            for tp, messages in (await consumer.getmany(timeout_ms=200, max_records=5000)).items():
-                for m in messages:
-                    fold(m, m.offset < ends[tp])
-
-    def _fold_queue(self, m: Any, rebuilding: bool) -> None:
+    def _fold_queue(self, m: Any, rebuilding: bool = False) -> None:
         # Past the rebuild, only appends by others are new; the rest was folded when decided.
-        if rebuilding or m.value[2:10] == _ACCEPTED_FP:
-            evolve(self.state, codec.decode(m.value))
+        # A record that is no record of ours is skipped (the queue projection quarantines it).
+        if rebuilding or (m.value is not None and m.value[2:10] == _ACCEPTED_FP):
+            self._fold(m, evolve, self.state)
 
-    def _fold_control(self, m: Any, rebuilding: bool) -> None:
-        self.control.fold(codec.decode(m.value))
+    def _fold_control(self, m: Any, rebuilding: bool = False) -> None:
+        self._fold(m, _control_fold, self.control)
 
-    async def _follow(self, consumer: AIOKafkaConsumer, fold: Any) -> None:
-        while True:
-            batch = await consumer.getmany(timeout_ms=200, max_records=5000)
-            for messages in batch.values():
-                for m in messages:
-                    fold(m, False)
-            if batch:
-                self.wake.set()
+    @staticmethod
+    def _fold(m: Any, fold: Any, state: Any) -> None:
+        record = kafka.decode(m.value)
+        if isinstance(record, kafka.Rejected):
+            log.warning("skipping %s[%d]@%d: %s", m.topic, m.partition, m.offset, record.detail)
+            return
+        try:
+            fold(state, record)
+        except Exception:  # one record the fold cannot take must not stop every queue
+            log.exception("skipping %s[%d]@%d: folding it failed", m.topic, m.partition, m.offset)
 
     async def run(self) -> None:
-        shorten_txn_retry()
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            transactional_id=f"{self.settings.topic_prefix}-queue-engine",
-            enable_idempotence=True,
-            linger_ms=0,
-        )
+        kafka.shorten_txn_retry()
+        producer = kafka.new_producer(self.settings, f"{self.settings.topic_prefix}-queue-engine", linger_ms=0)
         await producer.start()  # fences and aborts whatever an earlier engine left open
-        queue_reader, queue_ends = await self._open(self.settings.topic("queue"))
-        control_reader, control_ends = await self._open(self.settings.topic("control"))
+        queue_reader, queue_tps = await self._reader(self.settings.topic("queue"))
+        control_reader, control_tps = await self._reader(self.settings.topic("control"))
         try:
-            await self._catch_up(control_reader, control_ends, self._fold_control)
-            await self._catch_up(queue_reader, queue_ends, self._fold_queue)
+            await kafka.read_to_end(control_reader, control_tps, self._fold_control)
+            await kafka.read_to_end(queue_reader, queue_tps, self._fold_queue)
             log.info(
                 "queue engine rebuilt: %d queues, %d open batches", len(self.state.queues), len(self.state.batches)
             )
@@ -360,8 +321,8 @@ class Engine:
             await asyncio.gather(
                 outbox,
                 self.schedule(),
-                self._follow(queue_reader, self._fold_queue),
-                self._follow(control_reader, self._fold_control),
+                kafka.follow(queue_reader, self._fold_queue, self.wake.set),
+                kafka.follow(control_reader, self._fold_control, self.wake.set),
             )
         finally:
             for run in list(self.runs.values()):
@@ -380,11 +341,8 @@ class Engine:
             self.emit(d.end_batch(self.state, c, b.id, "abandoned", now, new_id))
 
 
-async def _behind(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:
-    for tp, end in ends.items():
-        if await consumer.position(tp) < end:
-            return True
-    return False
+def _control_fold(table: ControlTable, record: Any) -> None:
+    table.fold(record)
 
 
 def _gone(uid: str, queue: str) -> Consumer:

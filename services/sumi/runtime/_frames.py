@@ -7,8 +7,11 @@ import json
 import struct
 from typing import Any
 
+from ._protocol import ProtocolError
+
 MAX_FRAME = 64 * 1024 * 1024
 _HEAD = struct.Struct(">I")
+_SKIP_CHUNK = 1024 * 1024
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -17,7 +20,12 @@ def encode(message: dict[str, Any]) -> bytes:
 
 
 async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
-    """Next frame, or None at a clean end of stream."""
+    """Next frame, or None at a clean end of stream.
+
+    A frame that is too large or not a JSON object raises ProtocolError after
+    its bytes were consumed, so the stream stays in step and the reader may go
+    on; only a stream cut mid-frame (IncompleteReadError) ends the channel.
+    """
     try:
         head = await reader.readexactly(4)
     except asyncio.IncompleteReadError as e:
@@ -26,8 +34,14 @@ async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
         return None
     (size,) = _HEAD.unpack(head)
     if size > MAX_FRAME:
-        raise ValueError(f"frame of {size} bytes exceeds {MAX_FRAME}")
-    frame = json.loads(await reader.readexactly(size))
+        while size:  # discard it without holding it in memory
+            size -= len(await reader.readexactly(min(size, _SKIP_CHUNK)))
+        raise ProtocolError(f"frame exceeds {MAX_FRAME} bytes")
+    body = await reader.readexactly(size)
+    try:
+        frame = json.loads(body)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ProtocolError("frame is not JSON") from None
     if not isinstance(frame, dict):
-        raise ValueError("frame is not a JSON object")
+        raise ProtocolError("frame is not a JSON object")
     return frame

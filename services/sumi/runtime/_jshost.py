@@ -2,19 +2,24 @@
 
 Each context is a worker thread in that process (see ``js/host.mjs``). If the
 process dies, every context it held reports stopped and the next
-``start_context`` runs in a fresh process.
+``start_context`` runs in a fresh process. The process runs behind the OS
+walls of ``_walls`` (once per process, not per context), on a staged copy of
+``js/``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import _walls
 from ._channel import EXITED, Channel
 from .types import (
     DEFAULT_LIMITS,
@@ -25,6 +30,8 @@ from .types import (
     LoadInfo,
     Module,
     QueueBatch,
+    WorkflowInvocation,
+    WorkflowOutcome,
 )
 
 JS_DIR = Path(__file__).resolve().parent / "js"
@@ -32,15 +39,15 @@ log = logging.getLogger("sumi.runtime.js")
 _STOPPED = ("cpu_limit", "heap_limit", "wall_limit", "stopped")
 
 
-def node_argv(node: str = "node") -> list[str]:
+def node_argv(node: str = "node", js_dir: Path = JS_DIR) -> list[str]:
     return [
         node,
         "--experimental-permission",
-        f"--allow-fs-read={JS_DIR}",
+        f"--allow-fs-read={js_dir}",
         "--allow-worker",
         "--experimental-vm-modules",
         "--no-warnings",
-        str(JS_DIR / "host.mjs"),
+        str(js_dir / "host.mjs"),
     ]
 
 
@@ -54,6 +61,7 @@ class JsContext:
         self.host_call = host_call
         self.host_tasks: set[asyncio.Task[None]] = set()
         self.stop_reason: str | None = None
+        self.violation: str | None = None
         self._runtime = runtime
         self._channel = channel
 
@@ -62,6 +70,11 @@ class JsContext:
             self.stop_reason = reason
         for task in list(self.host_tasks):
             task.cancel()  # its reply could no longer reach any code
+
+    def violated(self, reason: str) -> None:
+        self.violation = reason
+        task = asyncio.get_running_loop().create_task(self.stop())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # failure is logged by stop()'s caller
 
     async def load_info(self) -> LoadInfo:
         reply = await self._channel.request({"op": "load_info", "contextId": self.id})
@@ -84,12 +97,36 @@ class JsContext:
         )
         if reply is EXITED:
             return InvokeResult.stopped(message="runtime process exited")
+        if reply.get("op") == "error":
+            return InvokeResult.stopped(message=f"context stopped: {reply['error']['message']}")
+        if self.violation is not None and not reply.get("ok"):
+            return InvokeResult.stopped(message=f"context stopped: it broke the runtime protocol ({self.violation})")
         result = InvokeResult.from_wire(reply)
         if result.reason in _STOPPED:
             # The context_stopped frame follows this reply; whoever decides on reusing the
             # context right after the result must already see that it is gone.
             self.on_stopped(result.reason)
         return result
+
+    async def invoke_workflow(
+        self, inv: WorkflowInvocation, env: EnvSpec, host_call: HostCall | None = None
+    ) -> WorkflowOutcome:
+        if host_call is not None:
+            self.host_call = host_call
+        if self.stop_reason is not None:
+            return WorkflowOutcome("stopped", reason=self.stop_reason)
+        reply = await self._channel.request(
+            {"op": "invoke_workflow", "contextId": self.id, "invocation": inv.to_wire(), "env": env.to_wire()}
+        )
+        if reply is EXITED:
+            return WorkflowOutcome("stopped", reason="stopped", message="runtime process exited")
+        if reply.get("op") == "error":
+            error = reply.get("error") or {}
+            return WorkflowOutcome("stopped", reason="threw", message=str(error.get("message")))
+        outcome = WorkflowOutcome.from_wire(reply)
+        if outcome.kind == "stopped" and outcome.reason in _STOPPED:
+            self.on_stopped(str(outcome.reason))
+        return outcome
 
     async def stop(self) -> None:
         if self._channel.alive and self.id in self._channel.contexts:
@@ -98,18 +135,45 @@ class JsContext:
                 raise RuntimeUnavailable(f"stop of context {self.id} not confirmed: {reply}")
         # Either the runtime confirmed the worker thread exited, or the whole
         # process is gone: in both cases no code of this context runs any more.
-        self._channel.contexts.pop(self.id, None)
+        self._channel.forget(self.id)
         self.on_stopped("stopped")
 
 
 class JsRuntime:
     """The ``javascript`` runtime."""
 
-    def __init__(self, node: str | None = None) -> None:
-        self._node = node or shutil.which("node") or "node"
+    def __init__(
+        self,
+        node: str | None = None,
+        *,
+        walls: str | None = None,
+        memory_mb: int | None = None,
+        test_hooks: bool = False,
+    ) -> None:
+        from sumi.core.config import Settings
+
+        settings = Settings.from_env()
+        self._node = os.path.realpath(node or shutil.which("node") or "node")
+        self.wall = _walls.choose(
+            settings.runtime_walls if walls is None else walls, memory_mb or settings.runtime_memory_mb
+        )
+        # Test only: lets a test run code in the runtime process itself, as an
+        # escape from the vm would, to show what the walls leave it.
+        self._env = {"SUMI_JS_TEST_HOOKS": "1"} if test_hooks else {}
+        self._staged: Path | None = None
         self._channel: Channel | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+
+    def _argv(self) -> tuple[list[str], Path]:
+        if self._staged is None:
+            base = Path(tempfile.mkdtemp(prefix="sumi-js-"))
+            base.chmod(0o755)
+            self._staged = _walls.stage(sorted(JS_DIR.glob("*.*js")), base / "js")
+        js_dir = self._staged
+        ro = [str(js_dir)] + ([] if self._node.startswith("/usr/") else [str(Path(self._node).parent.parent)])
+        inner = node_argv(self._node, js_dir)
+        return self.wall.argv(inner, ro=ro, env=self._env, chdir=str(js_dir)), js_dir
 
     async def start(self) -> None:
         async with self._lock:
@@ -119,7 +183,17 @@ class JsRuntime:
         if self._closed:
             raise RuntimeUnavailable("runtime is closed")
         if self._channel is None or not self._channel.alive:
-            channel = Channel(node_argv(self._node), log, on_exit=self._on_exit, cwd=str(JS_DIR))
+            argv, js_dir = self._argv()
+            channel = Channel(
+                argv,
+                log,
+                on_exit=self._on_exit,
+                cwd=str(js_dir),
+                env=self.wall.env(self._env),
+                preexec_fn=self.wall.preexec(),
+                launcher=self.wall.kind != "none",
+                **_walls.user(),
+            )
             await channel.start()
             self._channel = channel
         return self._channel
@@ -160,8 +234,17 @@ class JsRuntime:
         self._closed = True
         if self._channel is not None:
             await self._channel.close()
+        if self._staged is not None:
+            shutil.rmtree(self._staged.parent, ignore_errors=True)
 
     @property
     def pid(self) -> int | None:
-        channel = self._channel
-        return channel.proc.pid if channel is not None and channel.proc is not None else None
+        """The runtime process itself (inside its walls)."""
+        return self._channel.sandboxed_pid if self._channel is not None else None
+
+    async def debug_eval(self, code: str) -> Any:
+        """Test only (``test_hooks=True``): run ``code`` as an async function body in
+        the runtime process's main thread and return its JSON result."""
+        channel = await self._ensure_channel()
+        reply = await channel.request({"op": "debug_eval", "code": code})
+        return reply.get("value")

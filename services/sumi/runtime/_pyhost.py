@@ -1,7 +1,11 @@
 """Supervisor of the ``python`` runtime: one child process per context.
 
-Python worker code is trusted code: the child process is a boundary for
-state, limits and stopping, not a sandbox (see ``_pychild``).
+Python worker code owns its child process (there is no language sandbox), so
+the child runs behind the OS walls of ``_walls``: empty environment, own
+network namespace, user 65534, read-only view of only the interpreter, the
+runtime's own code and the Version's modules, memory cap. Where those walls
+cannot be had (no bubblewrap), Python workers are refused unless the operator
+sets ``SUMI_ALLOW_UNWALLED_PYTHON=1`` (docs/security.md).
 """
 
 from __future__ import annotations
@@ -10,13 +14,17 @@ import asyncio
 import logging
 import shutil
 import signal
-import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
 
+import rfc8785
+
+from . import _walls
 from ._channel import EXITED, Channel
+from ._jshost import RuntimeUnavailable
 from ._pyabi import EXIT_HEAP_LIMIT, PACKAGE
 from .types import (
     DEFAULT_LIMITS,
@@ -27,14 +35,20 @@ from .types import (
     LoadInfo,
     Module,
     QueueBatch,
+    WorkflowInvocation,
+    WorkflowOutcome,
 )
 
 log = logging.getLogger("sumi.runtime.python")
-CHILD_ARGV = [sys.executable, "-m", "sumi.runtime._pychild"]
+RUNTIME_DIR = Path(__file__).resolve().parent
+SANDBOX_CODE = "/opt/sumi"  # where the staged runtime code appears inside the walls
+SANDBOX_VERSION = "/version"  # where the Version's modules appear inside the walls
+CHILD_OVERHEAD_MB = 256  # interpreter and runtime, on top of the heap limit, under the wall's memory cap
 
 
 def exit_reason(returncode: int | None) -> str:
-    if returncode in (-signal.SIGPROF, -signal.SIGXCPU):
+    # A launcher (bwrap, unshare) reports a child killed by signal N as 128+N.
+    if returncode in (-signal.SIGPROF, -signal.SIGXCPU, 128 + signal.SIGPROF, 128 + signal.SIGXCPU):
         return "cpu_limit"
     if returncode == EXIT_HEAP_LIMIT:
         return "heap_limit"
@@ -83,31 +97,47 @@ class PyContext:
         shutil.rmtree(self._root, ignore_errors=True)
         self._forget(self)
 
+    def violated(self, reason: str) -> None:
+        log.warning("python context %s stopped: it broke the runtime protocol (%s)", self.id, reason)
+        asyncio.get_running_loop().create_task(self.stop())
+
     async def load_info(self) -> LoadInfo:
         reply = await self._channel.request({"op": "load_info", "contextId": self.id})
         if reply is EXITED:
             return LoadInfo(load_error=f"context stopped: {self.stop_reason or 'stopped'}")
         return LoadInfo.from_wire(reply)
 
-    async def invoke_queue(self, batch: QueueBatch, env: EnvSpec, host_call: HostCall | None = None) -> InvokeResult:
+    async def _invoke(self, frame: dict[str, Any], host_call: HostCall | None) -> dict[str, Any] | None:
+        """One invocation under the wall limit; None when the context is (or got) stopped."""
         if host_call is not None:
             self.host_call = host_call
         if self.stop_reason is not None:
-            return InvokeResult.stopped()
-        request = self._channel.request(
-            {"op": "invoke_queue", "contextId": self.id, "batch": batch.to_wire(), "env": env.to_wire()}
-        )
+            return None
         wall = self._limits.wall_ms / 1000 if self._limits.wall_ms else None
         try:
-            reply = await asyncio.wait_for(request, wall)
+            reply = await asyncio.wait_for(self._channel.request({**frame, "contextId": self.id}), wall)
         except TimeoutError:
             self._forced_reason = "wall_limit"
             await self.stop()
-            reply = EXITED
-        if reply is EXITED:
+            return None
+        return None if reply is EXITED else reply
+
+    async def invoke_queue(self, batch: QueueBatch, env: EnvSpec, host_call: HostCall | None = None) -> InvokeResult:
+        reply = await self._invoke({"op": "invoke_queue", "batch": batch.to_wire(), "env": env.to_wire()}, host_call)
+        if reply is None:
             reason = self.stop_reason or "stopped"
             return InvokeResult.stopped(reason, f"context stopped: {reason}")  # type: ignore[arg-type]
         return InvokeResult.from_wire(reply)
+
+    async def invoke_workflow(
+        self, inv: WorkflowInvocation, env: EnvSpec, host_call: HostCall | None = None
+    ) -> WorkflowOutcome:
+        frame = {"op": "invoke_workflow", "invocation": inv.to_wire(), "env": env.to_wire()}
+        reply = await self._invoke(frame, host_call)
+        if reply is None:
+            reason = self.stop_reason or "stopped"
+            return WorkflowOutcome("stopped", reason=reason, message=f"context stopped: {reason}")
+        return WorkflowOutcome.from_wire(reply)
 
     async def stop(self) -> None:
         """SIGKILL the child and return once it has been reaped."""
@@ -119,12 +149,66 @@ class PyContext:
 class PyRuntime:
     """The ``python`` runtime."""
 
-    def __init__(self, python: str | None = None) -> None:
-        self._argv = [python, *CHILD_ARGV[1:]] if python else CHILD_ARGV
+    def __init__(
+        self, python: str | None = None, *, walls: str | None = None, allow_unwalled: bool | None = None
+    ) -> None:
+        from sumi.core.config import Settings
+
+        settings = Settings.from_env()
+        self.wall = _walls.choose(settings.runtime_walls if walls is None else walls, 0)
+        self._allow_unwalled = settings.allow_unwalled_python if allow_unwalled is None else allow_unwalled
+        self._python, self._python_ro = (python, []) if python else _walls.python_for_sandbox()
+        self._staged: Path | None = None
         self._contexts: set[PyContext] = set()
 
     async def start(self) -> None:
         return None  # nothing shared: each context is its own process
+
+    def _code(self) -> Path:
+        """The runtime's own modules, staged once, as the namespace package ``sumi.runtime``."""
+        if self._staged is None:
+            base = Path(tempfile.mkdtemp(prefix="sumi-pyrt-"))
+            base.chmod(0o755)
+            (base / "sumi").mkdir(mode=0o755)
+            _walls.stage(sorted(RUNTIME_DIR.glob("*.py")), base / "sumi" / "runtime")
+            # The one library the child imports: documents.py's RFC 8785 canonical JSON (pure Python).
+            _walls.stage(sorted(Path(rfc8785.__file__).parent.glob("*.py")), base / "rfc8785")
+            self._staged = base
+        return self._staged
+
+    def _channel(self, context_id: str, root: Path, limits: Limits) -> tuple[Channel, str]:
+        """The child's channel behind the wall, and where it finds the Version's modules."""
+        if not self.wall.hides_files and not self._allow_unwalled:
+            raise RuntimeUnavailable(
+                f"python workers need the OS walls (bubblewrap); this Host has {self.wall.kind!r}. "
+                "Install bubblewrap, or set SUMI_ALLOW_UNWALLED_PYTHON=1 to run them without (docs/security.md)"
+            )
+        code = self._code()
+        wall = _walls.Wall(self.wall.kind, limits.heap_mb + CHILD_OVERHEAD_MB)
+        inside_code = wall.path(str(code), SANDBOX_CODE)
+        inside_root = wall.path(str(root), SANDBOX_VERSION)
+        env = {"PYTHONPATH": inside_code, "PYTHONDONTWRITEBYTECODE": "1", "LC_ALL": "C.UTF-8"}
+        argv = wall.argv(
+            [self._python, "-s", "-m", "sumi.runtime._pychild"],
+            ro=self._python_ro,
+            binds={str(code): SANDBOX_CODE, str(root): SANDBOX_VERSION},
+            env=env,
+            chdir=inside_root,
+        )
+        _walls.give_to_sandbox(root)
+        channel = Channel(
+            argv,
+            log,
+            exit_reason=exit_reason,
+            label=context_id,
+            stderr_level=logging.INFO,
+            cwd=str(root),
+            env=wall.env(env),
+            preexec_fn=wall.preexec(),
+            launcher=wall.kind != "none",
+            **_walls.user(),
+        )
+        return channel, inside_root
 
     async def start_context(
         self,
@@ -134,15 +218,13 @@ class PyRuntime:
         host_call: HostCall | None = None,
     ) -> PyContext:
         root = Path(tempfile.mkdtemp(prefix="sumi-py-"))
+        context_id = uuid.uuid4().hex
         try:
             write_package(root, modules)
-        except ValueError:
+            channel, inside_root = self._channel(context_id, root, limits)
+        except (ValueError, RuntimeUnavailable):
             shutil.rmtree(root, ignore_errors=True)
             raise
-        context_id = uuid.uuid4().hex
-        channel = Channel(
-            self._argv, log, exit_reason=exit_reason, label=context_id, stderr_level=logging.INFO, cwd=str(root)
-        )
         ctx = PyContext(channel, context_id, root, limits, host_call, self._contexts.discard)
         await channel.start()
         channel.contexts[context_id] = ctx
@@ -151,7 +233,7 @@ class PyRuntime:
             {
                 "op": "start_context",
                 "contextId": context_id,
-                "root": str(root),
+                "root": inside_root,
                 "mainModule": main_module,
                 "limits": limits.to_wire(),
             }
@@ -163,3 +245,6 @@ class PyRuntime:
     async def close(self) -> None:
         contexts, self._contexts = self._contexts, set()
         await asyncio.gather(*(ctx.stop() for ctx in contexts))
+        if self._staged is not None:
+            shutil.rmtree(self._staged, ignore_errors=True)
+            self._staged = None

@@ -34,6 +34,34 @@ SAMPLES = [
     r.MessageDiscarded("res_1", "msg_3", "retention", 18),
     r.BatchEnded("res_1", "res_2", "bat_1", "threw", 19, "Error: boom"),
     r.QueuePurged("res_1", 20),
+    r.InstanceCreated("wf_1", "inst-1", "demo", 21, '{"n":1}', "alice"),
+    r.InstanceContextStarted("wf_1", "inst-1", "tok_1", "res_3", 1, 22),
+    r.StepAttemptCommitted(
+        "wf_1",
+        "inst-1",
+        "charge",
+        "do",
+        2,
+        False,
+        True,
+        23,
+        None,
+        "step_failed",
+        "Error: declined",
+        '{"backoff":"constant","initialDelaySeconds":0,"maxAttempts":2,"maxDelaySeconds":43200}',
+        None,
+        "tok_1",
+    ),
+    r.SleepScheduled("wf_1", "inst-1", "nap", 86400024, "tok_2", 24),
+    r.WaitScheduled("wf_1", "inst-1", "approval", "approved", 3600025, "tok_3", 25),
+    r.RetryScheduled("wf_1", "inst-1", "charge", 2, 26, "tok_1", 26),
+    r.EventAccepted("wf_1", "inst-1", 1, "approved", 33, 27, '{"by":"bob"}'),
+    r.InstanceStatusChanged("wf_1", "inst-1", "errored", 28, None, "step_failed", "Error: declined"),
+    r.InstancePurged("wf_1", "inst-1", 29),
+    r.InstancesPurged("wf_1", 30, "op_4"),
+    r.RecordQuarantined(
+        "control", "sumi.commands", 2, 41, "unknown_schema", "fingerprint 00", 21, b"\xc3\x01", b"demo"
+    ),
 ]
 
 

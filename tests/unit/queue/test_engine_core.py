@@ -299,13 +299,17 @@ def test_an_unfinished_deployment_update_keeps_the_previous_allocation() -> None
     old = {"worker": {"resourceUid": "w"}, "versions": [{"version": {"resourceUid": "v1"}, "percentage": 100}]}
     new = {"worker": {"resourceUid": "w"}, "versions": [{"version": {"resourceUid": "v2"}, "percentage": 100}]}
     created("d", WORKER_DEPLOYMENT, old)
+    t.fold(rr.OperationStarted("op2", "update", "s", "d", 2, "alice", 1))
     t.fold(rr.ResourceUpdated("d", "s", _json.dumps(new), 2, "op2", 1))
     t.fold(rr.ResourceStateChanged("d", "s", "updating", 1))
     assert t.allocation("w") == [("v1", 100)]
     t.fold(rr.ResourceStateChanged("d", "s", "active", 2))
+    t.fold(rr.OperationStateChanged("op2", "s", "succeeded", "complete", 2))
     assert t.allocation("w") == [("v2", 100)]
+    t.fold(rr.OperationStarted("op3", "update", "s", "d", 3, "alice", 3))
     t.fold(rr.ResourceUpdated("d", "s", _json.dumps(old), 3, "op3", 3))
     t.fold(rr.ResourceStateChanged("d", "s", "updating", 3))
     t.fold(rr.ResourceUpdated("d", "s", _json.dumps(new), 3, "op3", 4))  # the failed update reverts
     t.fold(rr.ResourceStateChanged("d", "s", "active", 4))
+    t.fold(rr.OperationStateChanged("op3", "s", "failed", "none", 4))
     assert t.allocation("w") == [("v2", 100)]

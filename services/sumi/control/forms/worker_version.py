@@ -1,7 +1,7 @@
 """WorkerVersion 0.5.0 (forms.md): one immutable upload of a worker's code and environment.
 
 The create is accepted here and then awaited: the verifier service
-(`sumi.runtime.verifier`) loads the main module once in a sandbox and reports
+(`sumi.verifier`) loads the main module once in a sandbox and reports
 what it exports with `operation.report`. Until then the Version is "verifying":
 state `creating`, observed `{"verified": false}`.
 """
@@ -126,6 +126,31 @@ def worker_of(spec: Mapping[str, Any]) -> str | None:
     """The worker UID a Version's (or Deployment's) spec names."""
     worker = spec.get("worker")
     return worker.get("resourceUid") if isinstance(worker, Mapping) else None
+
+
+def load_fitness(version: ResourceView) -> str | Problem:
+    """ "pending" while the Version verifies, "ok" once its main module loaded, else why not.
+
+    Pending verification is never taken as incompatibility (WF-6)."""
+    observed = version.observed
+    if observed.get("verified") is not True:
+        return "pending"
+    if observed.get("loadError"):
+        return Problem("dependency_conflict", f"version {version.uid} does not load: {observed['loadError']}")
+    return "ok"
+
+
+def class_fitness(version: ResourceView, class_name: str) -> str | Problem:
+    """As `load_fitness`, and the main module exports `class_name` as a Workflow class
+    (WF-28: constructible, with a callable `run`)."""
+    loaded = load_fitness(version)
+    if loaded != "ok":
+        return loaded
+    if class_name not in (version.observed.get("workflowClasses") or ()):
+        return Problem(
+            "dependency_conflict", f"version {version.uid} does not export the workflow class {class_name!r}"
+        )
+    return "ok"
 
 
 class WorkerVersion(BaseForm):

@@ -2,11 +2,14 @@
 // that many bytes of UTF-8 JSON. Bytes inside frames travel as base64 fields.
 const MAX_FRAME = 64 * 1024 * 1024;
 
-export function writeFrame(stream, message) {
+// The frame's bytes, or null if it would exceed MAX_FRAME (the reader on the
+// other side would have to skip it; the writer decides what to do instead).
+export function encodeFrame(message) {
   const body = Buffer.from(JSON.stringify(message), 'utf8');
+  if (body.length > MAX_FRAME) return null;
   const head = Buffer.allocUnsafe(4);
   head.writeUInt32BE(body.length, 0);
-  stream.write(Buffer.concat([head, body]));
+  return Buffer.concat([head, body]);
 }
 
 // Returns a 'data' listener that calls onFrame(object) once per whole frame.

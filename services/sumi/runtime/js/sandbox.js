@@ -16,15 +16,21 @@
 (function () {
   'use strict';
   const { apply } = Reflect;
-  const { defineProperty, freeze, getOwnPropertyDescriptor, create, keys } = Object;
+  const { defineProperty, freeze, getOwnPropertyDescriptor, create, keys, hasOwn } = Object;
   const { parse: jsonParse, stringify: jsonStringify } = JSON;
   const { fromCharCode } = String;
+  const { isArray } = Array;
+  const { isInteger } = Number;
+  const { min } = Math;
   const charCodeAt = String.prototype.charCodeAt;
+  const stringSlice = String.prototype.slice;
   const WeakSetHas = WeakSet.prototype.has;
   const WeakSetAdd = WeakSet.prototype.add;
   const MapGet = Map.prototype.get;
   const MapSet = Map.prototype.set;
   const MapDelete = Map.prototype.delete;
+  const MapKeys = Map.prototype.keys;
+  const MapClear = Map.prototype.clear;
   const PromiseThen = Promise.prototype.then;
   const isView = ArrayBuffer.isView;
   const _Error = Error;
@@ -35,6 +41,56 @@
   const _ArrayBuffer = ArrayBuffer;
 
   const hostErrors = new WeakSet();
+
+  // Bounds of what one context may put on the channel (the Python side
+  // enforces the same numbers; these keep honest code under them).
+  const MAX_LOG_TEXT = 8 * 1024;
+  const MAX_ERROR_TEXT = 2 * 1024;
+  const MAX_CALL_CHARS = 4 * 1024 * 1024;
+  const MAX_IN_FLIGHT = 256;     // host calls sent and not yet answered
+  const MAX_WAITING = 10000;     // host calls queued behind those
+
+  const truncate = (s, n) => (s.length > n ? apply(stringSlice, s, [0, n]) + '…[truncated]' : s);
+
+  // The frames' serialiser. JSON.stringify would run any toJSON worker code
+  // put on a prototype, so payloads are serialised here, over values this
+  // file built (own data properties only), with captured intrinsics.
+  const own = (o, k) => {
+    const d = getOwnPropertyDescriptor(o, k);
+    return d !== undefined && hasOwn(d, 'value') ? d.value : undefined;
+  };
+  function encode(v) {
+    switch (typeof v) {
+      case 'string': return jsonStringify(v); // a primitive: no toJSON is looked up
+      case 'number': return v === v && v !== Infinity && v !== -Infinity ? '' + v : 'null';
+      case 'boolean': return v ? 'true' : 'false';
+      case 'object': {
+        if (v === null) return 'null';
+        let out = '';
+        if (isArray(v)) {
+          const n = own(v, 'length');
+          for (let i = 0; i < n; i++) out += (i ? ',' : '') + encode(own(v, i));
+          return '[' + out + ']';
+        }
+        const ks = keys(v);
+        for (let i = 0; i < ks.length; i++) {
+          const x = own(v, ks[i]);
+          if (x !== undefined) out += (out ? ',' : '') + jsonStringify(ks[i]) + ':' + encode(x);
+        }
+        return '{' + out + '}';
+      }
+      default: return 'null';
+    }
+  }
+  // Building with defineProperty: an assignment would run setters worker
+  // code may have put on Object.prototype or Array.prototype.
+  const put = (o, k, v) => defineProperty(o, k, { value: v, writable: true, enumerable: true, configurable: true });
+  function mapList(list, fn) {
+    const out = [];
+    const n = list.length;
+    for (let i = 0; i < n; i++) put(out, i, fn(list[i]));
+    return out;
+  }
 
   function makeError(Ctor, name, message) {
     const e = new Ctor(message);
@@ -217,11 +273,85 @@
     return clone(value);
   }
 
-  return function install(bridge) {
+  // ---- ArrayBuffer memory ----------------------------------------------
+  // Backing stores of ArrayBuffer / SharedArrayBuffer live outside the V8 heap
+  // and its limit. Every way worker code can allocate one is wrapped here
+  // (constructors, and the methods that allocate by species or resize); the
+  // bytes are reported to the worker thread in chunks, which refuses once the
+  // context's buffers (live or not yet collected) would pass its memory limit.
+  // The whole process has an OS memory cap besides (the walls).
+  const CHECK_CHUNK = 256 * 1024;
+  function limitBufferMemory(global, allowed) {
+    let unchecked = 0;
+    const need = (bytes) => {
+      if (!(bytes > 0)) return;
+      unchecked += bytes;
+      if (unchecked < CHECK_CHUNK) return;
+      const n = unchecked;
+      unchecked = 0;
+      if (!allowed(n)) throw new _RangeError('Array buffer allocation failed: the context would exceed its memory limit');
+    };
+    const count = (v) => {
+      const n = typeof v === 'number' ? v : typeof v === 'bigint' ? 0 : Number(v);
+      return n > 0 && n < Infinity ? n : 0;
+    };
+    const wrapCtor = (C, size) => {
+      const wrapped = new Proxy(C, {
+        construct(target, args, newTarget) {
+          need(size(args));
+          return Reflect.construct(target, args, newTarget);
+        },
+      });
+      defineProperty(C.prototype, 'constructor', { value: wrapped, writable: true, enumerable: false, configurable: true });
+      defineProperty(global, C.name, { value: wrapped, writable: true, enumerable: false, configurable: true });
+    };
+    const wrapMethod = (proto, name, size) => {
+      const d = getOwnPropertyDescriptor(proto, name);
+      if (!d || typeof d.value !== 'function') return;
+      const original = d.value;
+      const method = {
+        [name](...args) {
+          need(size(this, args));
+          return apply(original, this, args);
+        },
+      }[name];
+      defineProperty(proto, name, { ...d, value: method });
+    };
+    const bufferSize = (args) => {
+      const opts = args[1];
+      const max = typeof opts === 'object' && opts !== null ? count(opts.maxByteLength) : 0;
+      return count(args[0]) + max;
+    };
+    wrapCtor(ArrayBuffer, bufferSize);
+    wrapCtor(SharedArrayBuffer, bufferSize);
+    const own = (self) => { try { return count(self.byteLength); } catch { return 0; } };
+    wrapMethod(ArrayBuffer.prototype, 'slice', own);
+    wrapMethod(ArrayBuffer.prototype, 'resize', (self, args) => count(args[0]) - own(self));
+    wrapMethod(ArrayBuffer.prototype, 'transfer', (self, args) => (args[0] === undefined ? 0 : count(args[0]) - own(self)));
+    wrapMethod(SharedArrayBuffer.prototype, 'slice', own);
+    wrapMethod(SharedArrayBuffer.prototype, 'grow', (self, args) => count(args[0]) - own(self));
+    const TypedArray = Object.getPrototypeOf(Int8Array);
+    for (const name of ['slice', 'map', 'filter']) wrapMethod(TypedArray.prototype, name, own);
+    for (const C of [Int8Array, Uint8Array, Uint8ClampedArray, Int16Array, Uint16Array, Int32Array, Uint32Array,
+      Float32Array, Float64Array, BigInt64Array, BigUint64Array]) {
+      const width = C.BYTES_PER_ELEMENT;
+      wrapCtor(C, (args) => {
+        const a = args[0];
+        if (typeof a !== 'object' || a === null) return count(a) * width;
+        if (a instanceof _ArrayBuffer || a instanceof SharedArrayBuffer) return 0; // a view: no new memory
+        try { return count(a.length) * width; } catch { return 0; }
+      });
+    }
+  }
+
+  // extensions: { installWorkflow, checkDocument }, both already evaluated in this realm
+  // (workflow.js, document.mjs) by context_worker.mjs.
+  return function install(bridge, extensions) {
     // bridge(kind, payload) -> string | undefined. Host side never throws.
     const global = globalThis;
     delete global.console;       // V8's inspector console: writes past our log routing
     delete global.WebAssembly;   // not ECMAScript; wasm code generation is off anyway
+    limitBufferMemory(global, (bytes) => send('ab', '' + bytes) === 'ok');
 
     const send = (kind, payload) => bridge(kind, payload);
 
@@ -247,8 +377,8 @@
     };
     const logger = (level) => (...args) => {
       let text;
-      try { text = args.map((a) => fmt(a, 0, new Set())).join(' '); } catch { text = '[unformattable]'; }
-      send('log', jsonStringify([level, text]));
+      try { text = String(args.map((a) => fmt(a, 0, new Set())).join(' ')); } catch { text = '[unformattable]'; }
+      send('log', encode([level, truncate(text, MAX_LOG_TEXT)]));
     };
     const console = freeze({
       log: logger('info'), info: logger('info'), debug: logger('debug'),
@@ -262,12 +392,12 @@
       if (typeof fn !== 'function') throw new _TypeError('setTimeout: callback must be a function');
       const id = nextTimer++;
       apply(MapSet, timers, [id, () => apply(fn, undefined, args)]);
-      const delay = Number(ms) > 0 ? Math.min(Number(ms), 2147483647) : 0;
-      send('timer_set', jsonStringify([id, delay]));
+      const delay = Number(ms) > 0 ? min(Number(ms), 2147483647) : 0;
+      send('timer_set', encode([id, delay]));
       return id;
     }
     function clearTimeout(id) {
-      if (apply(MapDelete, timers, [id])) send('timer_clear', jsonStringify([id]));
+      if (apply(MapDelete, timers, [id])) send('timer_clear', encode([id]));
     }
 
     // ---- crypto ---------------------------------------------------------
@@ -287,7 +417,7 @@
 
     // ---- URL: parsed by the host (WHATWG parser), state kept here --------
     const urlCall = (op) => {
-      const r = jsonParse(send('url', jsonStringify(op)));
+      const r = jsonParse(send('url', encode(op)));
       if (r.error) throw new _TypeError(r.error);
       return r.parts;
     };
@@ -323,14 +453,45 @@
     }
 
     // ---- host calls -----------------------------------------------------
-    const pending = new Map();
+    // At most MAX_IN_FLIGHT calls are on the channel; more wait here, in the
+    // worker's own memory, and past MAX_WAITING a call throws. When the last
+    // invocation ends, calls still open are abandoned: they never settle and
+    // waiting ones are never sent (nothing runs for a pooled context).
+    const pending = new Map();   // callId -> {resolve, reject} | null once abandoned
+    const waiting = [];          // [callId, payload] not yet sent
+    let waitingHead = 0;
+    let inFlight = 0;
     let nextCall = 1;
     function hostCall(method, args) {
-      const callId = nextCall++;
+      if (waiting.length - waitingHead >= MAX_WAITING) throw new _RangeError(`${method}: more than ${MAX_WAITING} host calls waiting`);
+      const callId = nextCall;
+      const payload = encode([callId, method, args]);
+      if (payload.length > MAX_CALL_CHARS) throw new _RangeError(`${method}: arguments exceed ${MAX_CALL_CHARS} characters`);
+      nextCall++;
       return new _Promise((resolve, reject) => {
         apply(MapSet, pending, [callId, { resolve, reject }]);
-        send('call', jsonStringify([callId, method, args]));
+        put(waiting, waiting.length, [callId, payload]);
+        pump();
       });
+    }
+    function pump() {
+      while (inFlight < MAX_IN_FLIGHT && waitingHead < waiting.length) {
+        const call = waiting[waitingHead];
+        waiting[waitingHead++] = undefined;
+        inFlight++;
+        send('call', call[1]);
+      }
+      if (waitingHead === waiting.length) { waiting.length = 0; waitingHead = 0; }
+    }
+    function abandonCalls() {
+      for (let i = waitingHead; i < waiting.length; i++) apply(MapDelete, pending, [waiting[i][0]]);
+      waiting.length = 0;
+      waitingHead = 0;
+      for (const id of apply(MapKeys, pending, [])) apply(MapSet, pending, [id, null]);
+    }
+    function cancelTimers() {
+      apply(MapClear, timers, []);
+      send('timer_clear_all', '');
     }
 
     const checkMessageId = (id, fn) => {
@@ -339,7 +500,7 @@
     const checkDelay = (delaySeconds, fn) => {
       if (delaySeconds === undefined) return;
       if (typeof delaySeconds !== 'number') throw new _TypeError(`${fn}: delaySeconds must be a number`);
-      if (!Number.isInteger(delaySeconds) || delaySeconds < 0 || delaySeconds > 43200) {
+      if (!isInteger(delaySeconds) || delaySeconds < 0 || delaySeconds > 43200) {
         throw new _RangeError(`${fn}: delaySeconds must be an integer 0..43200`);
       }
     };
@@ -347,14 +508,15 @@
     // we throw synchronously instead so a bad argument never looks like a host failure.
     const withArgs = (base, extra) => {
       const out = { ...base };
-      for (const k of keys(extra)) if (extra[k] !== undefined) out[k] = extra[k];
+      const ks = keys(extra);
+      for (let i = 0; i < ks.length; i++) if (extra[ks[i]] !== undefined) put(out, ks[i], extra[ks[i]]);
       return out;
     };
     const settle = (method, args) => apply(PromiseThen, hostCall(method, args), [() => undefined]);
 
     function makeBatch(spec) {
       const base = { batchId: spec.id };
-      const messages = spec.messages.map((m) => freeze({
+      const messages = mapList(spec.messages, (m) => freeze({
         id: m.id, timestamp: m.timestamp, attempts: m.attempts, body: base64ToBytes(m.body),
       }));
       return freeze({
@@ -389,7 +551,10 @@
         throw new _TypeError(`${fn}: options must be an object`);
       }
       const opts = options || {};
-      for (const k of keys(opts)) if (!SEND_KEYS.includes(k)) throw new _TypeError(`${fn}: unknown option "${k}"`);
+      const optKeys = keys(opts);
+      for (let i = 0; i < optKeys.length; i++) {
+        if (optKeys[i] !== SEND_KEYS[0]) throw new _TypeError(`${fn}: unknown option "${optKeys[i]}"`);
+      }
       checkDelay(opts.delaySeconds, fn);
       return withArgs({ body: encodeBody(body, fn) }, { delaySeconds: opts.delaySeconds });
     }
@@ -403,7 +568,7 @@
           if (!Array.isArray(entries) || entries.length === 0) {
             throw new _TypeError('sendBatch: expects a non-empty array of {body, delaySeconds?}');
           }
-          const msgs = entries.map((e) => {
+          const msgs = mapList(entries, (e) => {
             if (typeof e !== 'object' || e === null) throw new _TypeError('sendBatch: each entry must be an object');
             const { body, ...rest } = e;
             return encodeMessage(body, rest, 'sendBatch');
@@ -416,21 +581,31 @@
       const env = {};
       for (const name of keys(spec.vars || {})) env[name] = String(spec.vars[name]);
       for (const name of spec.queueBindings || []) env[name] = makeQueueBinding(name);
+      for (const name of spec.workflowBindings || []) env[name] = workflow.makeBinding(name);
       return freeze(env);
     }
 
     const describe = (e) => {
       try {
         if (e instanceof _Error || (typeof e === 'object' && e !== null)) {
-          return { name: String(e.name ?? 'Error'), message: String(e.message ?? ''), hostError: isHostError(e) };
+          return {
+            name: truncate(String(e.name ?? 'Error'), 256),
+            message: truncate(String(e.message ?? ''), MAX_ERROR_TEXT),
+            hostError: isHostError(e),
+          };
         }
-        return { name: 'Error', message: `non-Error thrown: ${String(e)}`, hostError: false };
+        return { name: 'Error', message: truncate(`non-Error thrown: ${String(e)}`, MAX_ERROR_TEXT), hostError: false };
       } catch {
         return { name: 'Error', message: 'unreadable error', hostError: false };
       }
     };
 
+    const workflow = extensions && extensions.installWorkflow
+      ? extensions.installWorkflow({ hostCall, makeHostError, checkDocument: extensions.checkDocument, describe })
+      : null;
+
     let mainNs = null;
+    let running = 0;
     return freeze({
       setMain(ns) { mainNs = ns; },
       loadInfo() {
@@ -446,10 +621,19 @@
           const constructible = proto !== undefined && typeof proto.value === 'object' && proto.value !== null;
           if (constructible && typeof proto.value.run === 'function') info.workflowClasses.push(k);
         }
-        return jsonStringify(info);
+        return encode(info);
       },
       invokeQueue(batchJson, envJson, invocationId) {
-        const done = (result) => send('result', jsonStringify([invocationId, result]));
+        running++;
+        let ended = false;
+        const done = (result) => {
+          if (ended) return;
+          ended = true;
+          // Before the result leaves: once the Host has it, nothing of this
+          // invocation may run (its timers) or reach the Host (its calls).
+          if (--running === 0) { cancelTimers(); abandonCalls(); }
+          send('result', encode([invocationId, result]));
+        };
         try {
           const def = mainNs.default;
           if (typeof def !== 'object' || def === null || typeof def.queue !== 'function') {
@@ -469,10 +653,30 @@
           done({ ok: false, reason: 'threw', error: describe(e) });
         }
       },
+      invokeWorkflow(invocationJson, envJson, invocationId) {
+        running++;
+        let ended = false;
+        const done = (outcome) => {
+          if (ended) return;
+          ended = true;
+          // As for a queue invocation: once the Host has the outcome, nothing of this context may run
+          // (its timers) or reach the Host (its calls); a suspended step's Promise stays pending.
+          if (--running === 0) { cancelTimers(); abandonCalls(); }
+          send('outcome', encode([invocationId, outcome]));
+        };
+        try {
+          workflow.invoke(mainNs, jsonParse(invocationJson), makeEnv(jsonParse(envJson)), done);
+        } catch (e) {
+          done({ kind: 'errored', reason: 'run_threw', message: describe(e).message });
+        }
+      },
       deliverReply(callId, ok, payloadJson) {
         const p = apply(MapGet, pending, [callId]);
-        if (!p) return;
+        if (p === undefined) return;
         apply(MapDelete, pending, [callId]);
+        inFlight--;
+        pump();
+        if (p === null) return; // abandoned when its invocation ended
         const payload = jsonParse(payloadJson);
         if (ok) p.resolve(payload);
         else p.reject(makeHostError(payload.name, payload.message));
@@ -485,6 +689,12 @@
       },
       isHostError,
       makeTypeError(message) { return new _TypeError(String(message)); },
+      // A primitive description of any value worker code threw, for the
+      // worker thread, which must never read such a value itself.
+      describe(e) {
+        const d = describe(e);
+        return truncate(`${d.name}: ${d.message}`, MAX_ERROR_TEXT);
+      },
     });
   };
 })();

@@ -4,12 +4,13 @@ It reads the control log (consumer group `<prefix>-verifier`, read_committed).
 For each `ResourceCreated` of a WorkerVersion it starts a context in the
 worker's runtime, asks `load_info()`, stops the context, and sends
 `operation.report` for the Version's create Operation to the commands topic
-(keyed and partitioned by the Space, like every command). Offsets are committed
-only after the report is durably sent: at-least-once, which is harmless because
-a report for an Operation that has already ended changes nothing.
+(keyed and partitioned by the Space, like every command). The report and the
+group offset past its record commit in one Kafka transaction (sumi.core.kafka).
+A new record that does not decode, or whose fold or verification raises, is
+quarantined the same way (with its offset) and the verifier goes on.
 
-The worker's runtime and declared handlers come from the ModuleWorker records of
-the same log (same Space, same partition, earlier). So that a restart knows
+The worker's runtime and declared handlers come from the public control fold
+(`sumi.control.state`) of the same log (same Space, same partition, earlier). So that a restart knows
 every worker, each assigned partition is read from its beginning; Versions
 before the committed offset are only folded, never verified again.
 """
@@ -17,50 +18,42 @@ before the committed offset are only folded, never verified again.
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
+import time
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from sumi.control.forms.names import MODULE_WORKER, WORKER_VERSION
-from sumi.core import codec
+from sumi.control.state import ControlState, evolve
+from sumi.core import kafka
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.core.problems import FieldError, Problem
-from sumi.core.topics import partition_for
 from sumi.runtime import JsRuntime, Limits, Module, PyRuntime
 from sumi.runtime.types import LoadInfo
 
-log = logging.getLogger("sumi.runtime.verifier")
+log = logging.getLogger("sumi.verifier")
 PRINCIPAL = "sumi-verifier"
 VERIFY_LIMITS = Limits(cpu_ms=10_000, heap_mb=128)
 VERIFY_TIMEOUT = 30.0  # seconds for start + load_info, whatever the module does at top level
 
 
-@dataclass
-class Worker:
-    runtime: str
-    handlers: tuple[str, ...]
-
-
 class Verifier:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.workers: dict[str, Worker] = {}
+        self.control = ControlState()
         self.act_from: dict[TopicPartition, int] = {}
         self._runtimes: dict[str, Any] = {}
 
     # ---- the fold -----------------------------------------------------------------------
 
-    def fold(self, record: Any) -> None:
-        if isinstance(record, r.ResourceCreated) and record.form == MODULE_WORKER:
-            spec = json.loads(record.spec)
-            self.workers[record.uid] = Worker(spec.get("runtime", "javascript"), tuple(spec.get("handlers", ())))
-        elif isinstance(record, r.ResourceUpdated) and record.uid in self.workers:
-            spec = json.loads(record.spec)
-            self.workers[record.uid] = Worker(spec.get("runtime", "javascript"), tuple(spec.get("handlers", ())))
-        elif isinstance(record, r.ResourceDeleted):
-            self.workers.pop(record.uid, None)
+    def fold(self, record: r.Record) -> None:
+        evolve(self.control, record)
+
+    def reset(self) -> None:
+        """A new assignment is folded afresh from the beginning of its partitions."""
+        self.control = ControlState()
+        self.act_from.clear()
 
     # ---- verification -------------------------------------------------------------------
 
@@ -100,9 +93,9 @@ class Verifier:
     async def verify(self, record: r.ResourceCreated) -> dict[str, Any]:
         """The operation.report payload for one Version's create Operation."""
         spec = json.loads(record.spec)
-        worker = self.workers.get(spec["worker"]["resourceUid"])
+        worker = self.control.resource(spec["worker"]["resourceUid"])
         report: dict[str, Any] = {"operationId": record.operationId}
-        if worker is None:
+        if worker is None or worker.form != MODULE_WORKER:
             problem = Problem("dependency_conflict", f"worker {spec['worker']['resourceUid']}: not found")
             return {
                 **report,
@@ -111,7 +104,7 @@ class Verifier:
                 "error": problem.to_json(),
             }
         modules = [Module(m["name"], m["content"]) for m in spec["modules"]]
-        info = await self.load(worker.runtime, modules, spec["mainModule"])
+        info = await self.load(str(worker.spec.get("runtime", "javascript")), modules, spec["mainModule"])
         if info.load_error is not None:
             problem = Problem(
                 "invalid_spec",
@@ -129,7 +122,7 @@ class Verifier:
             "handlers": list(info.handlers),
             "workflowClasses": list(info.workflow_classes),
         }
-        missing = [h for h in worker.handlers if h not in info.handlers]
+        missing = [h for h in worker.spec.get("handlers", ()) if h not in info.handlers]
         if missing:  # QC-16: the worker declares it, so every Version must provide it
             problem = Problem(
                 "invalid_spec",
@@ -161,52 +154,47 @@ class Verifier:
     # ---- the loop -----------------------------------------------------------------------
 
     async def run(self) -> None:
-        import time
-
         settings = self.settings
         group = f"{settings.topic_prefix}-verifier"
-        producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap,
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=1,
-        )
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=settings.kafka_bootstrap,
-            group_id=group,
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-        )
+        quarantine = kafka.Quarantine(settings, "verifier")
+        # Transactional: a report (or a quarantined record) and the offset past its record commit
+        # together, and a restarted verifier fences the one it replaces.
+        producer = kafka.new_producer(settings, f"{settings.topic_prefix}-verifier-0", linger_ms=1)
+        consumer = kafka.new_consumer(settings, group)
         await producer.start()
         await consumer.start()
         try:
             consumer.subscribe([settings.topic("control")], listener=_FromBeginning(self, consumer))
-            while True:
-                batch = await consumer.getmany(timeout_ms=500, max_records=500)
+            async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
                 for tp, messages in batch.items():
                     for message in messages:
-                        record = codec.decode(message.value)
-                        self.fold(record)
-                        if not (isinstance(record, r.ResourceCreated) and record.form == WORKER_VERSION):
-                            continue
-                        if message.offset < self.act_from.get(tp, 0):
-                            continue  # verified and reported before a restart
-                        payload = await self.verify(record)
-                        cmd = self.command(record.space, payload, int(time.time() * 1000))
-                        await producer.send_and_wait(
-                            settings.topic("commands"),
-                            codec.encode(cmd),
-                            key=record.space.encode(),
-                            partition=partition_for(record.space, settings.partitions),
-                        )
-                        await consumer.commit({tp: message.offset + 1})
-                        self.act_from[tp] = message.offset + 1
-                        log.info("verified %s (%s): %s", record.uid, record.name, payload["outcome"])
+                        new = message.offset >= self.act_from.get(tp, 0)
+                        outs = await self._handle(message, new, quarantine)
+                        if new and outs:
+                            await kafka.commit(producer, outs, settings.partitions, {tp: message.offset + 1}, group)
+                            self.act_from[tp] = message.offset + 1
         finally:
             await consumer.stop()
             await producer.stop()
             await self.close()
+
+    async def _handle(self, message: Any, new: bool, quarantine: kafka.Quarantine) -> list[kafka.Out]:
+        """Fold one control record; for a new WorkerVersion, its report. A record that does not
+        decode, or whose fold or verification raises, is quarantined (when new) and skipped."""
+        record = kafka.decode(message.value)
+        if isinstance(record, kafka.Rejected):
+            return [quarantine.out(message, record)] if new else []
+        try:
+            self.fold(record)
+            if not (new and isinstance(record, r.ResourceCreated) and record.form == WORKER_VERSION):
+                return []
+            payload = await self.verify(record)
+        except Exception as exc:
+            log.exception("verifier skips %s[%d]@%d", message.topic, message.partition, message.offset)
+            return [quarantine.out(message, kafka.failed(exc))] if new else []
+        cmd = self.command(record.space, payload, int(time.time() * 1000))
+        log.info("verified %s (%s): %s", record.uid, record.name, payload["outcome"])
+        return [kafka.Out(self.settings.topic("commands"), record.space, cmd)]
 
 
 class _FromBeginning(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -220,8 +208,7 @@ class _FromBeginning(ConsumerRebalanceListener):  # type: ignore[misc]
         pass
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        self.verifier.workers.clear()
-        self.verifier.act_from.clear()
+        self.verifier.reset()
         tps = list(assigned)
         for tp in tps:
             self.verifier.act_from[tp] = await self.consumer.committed(tp) or 0

@@ -5,8 +5,6 @@ import asyncio
 import logging
 import os
 import signal
-import sys
-import time
 from pathlib import Path
 
 from sumi.core.config import Settings
@@ -46,17 +44,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bootstrap":
         return _bootstrap_only()
     if args.command == "deploy":
-        from sumi.deploy import deploy as run_deploy
+        from sumi.cli.deploy import deploy as run_deploy
 
         return run_deploy(args)
     if args.command == "replay":
         from sumi.audit import replay_and_compare
 
-        differences = asyncio.run(replay_and_compare(Settings.from_env(), args.timeout))
-        for line in differences:
+        audit = asyncio.run(replay_and_compare(Settings.from_env(), args.timeout))
+        for line in audit.lines():
             print(line)
-        print("replay: identical" if not differences else f"replay: {len(differences)} differences")
-        return 0 if not differences else 1
+        verdict = "identical" if not audit.differences else f"{len(audit.differences)} differences"
+        print(f"replay: {verdict}; {len(audit.quarantined)} records quarantined")
+        return 0 if not audit.differences else 1
     return 2
 
 
@@ -65,20 +64,31 @@ SERVICE_ENTRIES = {
     "control": "sumi.control._processor",
     "projections": "sumi_projections",
     "gateway": "sumi.gateway",
-    "verifier": "sumi.runtime.verifier",
+    "verifier": "sumi.verifier",
     "queue": "sumi.queue.engine",
+    "workflow": "sumi.workflow.engine",
 }
 
 
 def _serve(service: str) -> int:
     import importlib
 
+    from sumi._lifeline import hold_if_asked
+    from sumi._signals import run_until_stopped
+
+    hold_if_asked()  # started by `sumi up`: die with it
     settings = Settings.from_env()
     if service == "gateway":
         import uvicorn
 
         from sumi.gateway import create_app
 
+        # While it serves, uvicorn stops gracefully on SIGINT and SIGTERM, then raises the signal again
+        # with the handler it found: this one, so a stop exits 0 (before it serves, at once). A closed
+        # terminal (SIGHUP) means the same as SIGTERM.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _exit_quietly)
+        signal.signal(signal.SIGHUP, lambda s, f: signal.raise_signal(signal.SIGTERM))
         uvicorn.run(create_app(settings), host=settings.http_host, port=settings.http_port, log_level="warning")
         return 0
     from sumi._bootstrap import prepare
@@ -87,8 +97,12 @@ def _serve(service: str) -> int:
         await prepare(settings)
         await importlib.import_module(SERVICE_ENTRIES[service]).serve(settings)
 
-    asyncio.run(run())
+    asyncio.run(run_until_stopped(run()))
     return 0
+
+
+def _exit_quietly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _bootstrap_only() -> int:
@@ -108,57 +122,6 @@ def _bootstrap_only() -> int:
 
 
 def _up() -> int:
-    from sumi._bootstrap import admin_token, issue_admin_token, prepare
-    from sumi.infra import KafkaBroker, PostgresServer
-    from sumi.supervisor import Supervisor
+    from sumi._up import up
 
-    started = time.monotonic()
-    state = Path(os.environ.get("SUMI_STATE_DIR", ".sumi")).resolve()
-    parts: list[KafkaBroker | PostgresServer] = []
-    env: dict[str, str] = {}
-    try:
-        if "SUMI_KAFKA_BOOTSTRAP" not in os.environ:
-            print("sumi: starting Apache Kafka (KRaft, single node)…", flush=True)
-            broker = KafkaBroker(state / "kafka", port=int(os.environ.get("SUMI_KAFKA_PORT", "9092")))
-            parts.append(broker.start())
-            env["SUMI_KAFKA_BOOTSTRAP"] = broker.bootstrap
-        if "SUMI_DATABASE_URL" not in os.environ:
-            print("sumi: starting PostgreSQL…", flush=True)
-            pg = PostgresServer(state / "postgres", port=int(os.environ.get("SUMI_PG_PORT", "5432")))
-            parts.append(pg.start())
-            env["SUMI_DATABASE_URL"] = pg.url
-        os.environ.update(env)
-        settings = Settings.from_env()
-        asyncio.run(prepare(settings))
-        token, new = admin_token(
-            settings,
-            os.environ.get("SUMI_ADMIN_TOKEN"),
-            Path(os.environ.get("SUMI_ADMIN_TOKEN_FILE", state / "admin-token")),
-        )
-        supervisor = Supervisor(settings, env).start()
-        try:
-            asyncio.run(issue_admin_token(settings, token))
-            supervisor.wait_ready()
-            print(f"sumi: ready in {time.monotonic() - started:.1f}s at {supervisor.url}")
-            print(f"sumi: admin token {token}" + (" (new; also written to the token file)" if new else ""))
-            print("sumi: Ctrl-C stops everything", flush=True)
-            _wait_for_signal()
-        finally:
-            print("sumi: stopping…", flush=True)
-            supervisor.stop()
-    finally:
-        for part in reversed(parts):
-            part.stop()
-    return 0
-
-
-def _wait_for_signal() -> None:
-    got = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda s, f: got.append(s))
-    while not got:
-        time.sleep(0.2)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return up()

@@ -1,0 +1,58 @@
+"""SIGINT, SIGTERM and SIGHUP all mean "stop": Ctrl-C, a container platform, a closed terminal.
+
+`sumi up` turns the first of them into a `Stopped` exception in the main thread
+(as Python does for Ctrl-C), so a stop interrupts start-up at any point and the
+`finally` blocks undo what was started; later signals are ignored while the stop
+runs, which is bounded. A `sumi serve` service cancels its main task instead and
+lets its consumers and producers close.
+"""
+
+import asyncio
+import signal
+from collections.abc import Coroutine
+from types import FrameType
+from typing import Any
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(BaseException):
+    """A stop signal arrived (a BaseException, like KeyboardInterrupt: no `except Exception` swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopSignals:
+    """Install before the first child starts; `wait()` blocks until a stop signal."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+
+    def install(self) -> "StopSignals":
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._on_signal)
+        return self
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+            raise Stopped(signum)
+
+    def wait(self) -> None:
+        while True:  # `_on_signal` raises out of here
+            signal.pause()
+
+
+async def run_until_stopped(main: Coroutine[Any, Any, None]) -> None:
+    """Run a service's main coroutine; a stop signal cancels it (its `finally` blocks close things)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(main)
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise

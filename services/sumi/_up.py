@@ -1,0 +1,166 @@
+"""`sumi up`: the broker, the database and every service on this machine, and nothing left after.
+
+The order of things is the point of this module:
+- stop signals are handled before anything starts (sumi._signals), so a stop at
+  any moment of start-up undoes what was started;
+- one Host per state directory: a lock held while `up` runs;
+- every port checked before anything starts, so a port held by someone else is an
+  error, never a "ready" against someone else's gateway;
+- every child holds a lifeline to this process (sumi._lifeline), so whatever kills
+  `up` kills them too;
+- stop in order: gateway, processors (the supervisor), then database and broker.
+"""
+
+import asyncio
+import fcntl
+import os
+import time
+from pathlib import Path
+
+from sumi._signals import Stopped, StopSignals
+from sumi.core.config import Settings
+from sumi.infra import KafkaBroker, PostgresServer
+from sumi.infra._ports import port_taken
+
+
+class HostRunning(Exception):
+    def __init__(self, pid: str) -> None:
+        super().__init__(pid)
+        self.pid = pid
+
+
+class StateLock:
+    """An exclusive flock on STATE/lock holding the holder's pid.
+
+    The kernel drops a flock when its holder dies however it dies, so a stale
+    lock (the file of a Host that is gone) is simply taken over. The descriptor
+    is close-on-exec: no child keeps the lock alive.
+    """
+
+    def __init__(self, state: Path) -> None:
+        self.path = state / "lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> "StateLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise HostRunning(holder) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def say(line: str) -> None:
+    # After SIGHUP the terminal is gone and writing to it fails: the stop must go on regardless.
+    try:
+        print(line, flush=True)
+    except OSError:
+        pass
+
+
+def up() -> int:
+    signals = StopSignals().install()
+    started = time.monotonic()
+    state = Path(os.environ.get("SUMI_STATE_DIR", ".sumi")).resolve()
+    try:
+        lock = StateLock(state).acquire()
+    except HostRunning as e:
+        say(f"sumi: a Host is already running on {state} (pid {e.pid}); stop it first or set SUMI_STATE_DIR")
+        return 1
+    try:
+        return _up(state, signals, started)
+    except Stopped:
+        return 0
+    finally:
+        lock.release()
+
+
+def _ports() -> dict[str, int] | str:
+    """The ports `up` will listen on, by variable, or what is wrong with them."""
+    wanted = {"SUMI_HTTP_PORT": "8080"}
+    if "SUMI_KAFKA_BOOTSTRAP" not in os.environ:
+        wanted["SUMI_KAFKA_PORT"] = "9092"
+    if "SUMI_DATABASE_URL" not in os.environ:
+        wanted["SUMI_PG_PORT"] = "5432"
+    ports: dict[str, int] = {}
+    for var, default in wanted.items():
+        value = os.environ.get(var, default)
+        if not value.isdigit() or not 0 < int(value) < 65536:
+            return f"{var}={value!r} is not a port number"
+        ports[var] = int(value)
+    host = os.environ.get("SUMI_HTTP_HOST", "127.0.0.1")
+    for var, port in ports.items():
+        if port_taken(port, host if var == "SUMI_HTTP_PORT" else "127.0.0.1"):
+            return f"port {port} ({var}) is already in use by another process; nothing was started"
+    return ports
+
+
+def _up(state: Path, signals: StopSignals, started: float) -> int:
+    from sumi._bootstrap import admin_token, issue_admin_token, prepare
+    from sumi.supervisor import Supervisor
+
+    ports = _ports()
+    if isinstance(ports, str):
+        say(f"sumi: {ports}")
+        return 1
+    parts: list[KafkaBroker | PostgresServer] = []
+    supervisor: Supervisor | None = None
+    env: dict[str, str] = {}
+    try:
+        # Both launched before either is waited for: the JVM boots while PostgreSQL starts.
+        if "SUMI_KAFKA_PORT" in ports:
+            broker = KafkaBroker(state / "kafka", port=ports["SUMI_KAFKA_PORT"])
+            _launch(parts, broker, "Apache Kafka (KRaft, single node)")
+            env["SUMI_KAFKA_BOOTSTRAP"] = broker.bootstrap
+        if "SUMI_PG_PORT" in ports:
+            pg = PostgresServer(state / "postgres", port=ports["SUMI_PG_PORT"])
+            _launch(parts, pg, "PostgreSQL")
+            env["SUMI_DATABASE_URL"] = pg.url
+        for part in parts:
+            part.wait_started()
+        os.environ.update(env)
+        settings = Settings.from_env()
+        asyncio.run(prepare(settings))
+        token, new = admin_token(
+            settings,
+            os.environ.get("SUMI_ADMIN_TOKEN"),
+            Path(os.environ.get("SUMI_ADMIN_TOKEN_FILE", state / "admin-token")),
+        )
+        supervisor = Supervisor(settings, env)
+        supervisor.start()
+        asyncio.run(issue_admin_token(settings, token))
+        supervisor.wait_ready()
+        say(f"sumi: ready in {time.monotonic() - started:.1f}s at {supervisor.url}")
+        say(f"sumi: admin token {token}" + (" (new; also written to the token file)" if new else ""))
+        say("sumi: Ctrl-C stops everything")
+        signals.wait()
+    except (RuntimeError, TimeoutError) as e:
+        say(f"sumi: {e}")
+        return 1
+    finally:
+        signals.received = signals.received or -1  # from here on a signal does not interrupt the stop
+        stopping = time.monotonic()
+        say("sumi: stopping…")
+        if supervisor is not None:
+            supervisor.stop()
+        for part in reversed(parts):
+            part.stop()
+        say(f"sumi: stopped in {time.monotonic() - stopping:.1f}s")
+    return 0
+
+
+def _launch(parts: list["KafkaBroker | PostgresServer"], part: "KafkaBroker | PostgresServer", what: str) -> None:
+    say(f"sumi: starting {what}…")
+    parts.append(part)  # before it starts: a stop in the middle of starting it still stops it
+    part.launch()
