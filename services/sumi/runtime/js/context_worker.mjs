@@ -6,6 +6,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { types } from 'node:util';
 import vm from 'node:vm';
 
 const post = (msg) => parentPort.postMessage(msg);
@@ -173,10 +174,25 @@ async function dynamicImport(specifier, referrer) {
   throw control.makeTypeError(`import of "${typeof specifier === 'string' ? specifier : '?'}" failed: ${control.describe(failure)}`);
 }
 
+// DOC-1..6 inside the sandbox realm ("plain object" means that realm's
+// Object.prototype), evaluated before any worker code so that it captures the
+// realm's intrinsics unpatched. Proxies are told apart by node's own check,
+// which stays in the checker's closure, out of worker code's reach.
+async function documentChecker() {
+  const m = new vm.SourceTextModule(readFileSync(new URL('./document.mjs', import.meta.url), 'utf8'), {
+    context,
+    identifier: 'sumi:document.mjs',
+  });
+  await m.link(() => { throw new Error('document.mjs imports nothing'); });
+  await m.evaluate();
+  return m.namespace.makeDocumentChecker({ isProxy: types.isProxy });
+}
+
 async function load() {
   control = new vm.Script(readFileSync(new URL('./sandbox.js', import.meta.url), 'utf8'), {
     filename: 'sumi:sandbox.js',
   }).runInContext(context)(bridge);
+  control.setDocumentChecker(await documentChecker());
   const mainName = workerData.mainModule.replace(/^\.\//, '');
   if (!sources.has(mainName)) throw new Error(`main module "${mainName}" is not among the modules`);
   const main = moduleFor(mainName);
