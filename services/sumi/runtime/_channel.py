@@ -120,7 +120,7 @@ class Channel:
         """The pid of the runtime process itself (inside its walls), for checks."""
         if self.proc is None:
             return None
-        return _walls.sandboxed_pid(self.proc.pid) or None if self._launcher else self.proc.pid
+        return _walls.command_pid(self.proc.pid) or None if self._launcher else self.proc.pid
 
     @property
     def alive(self) -> bool:
