@@ -5,10 +5,10 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from wf_kit import T0, Sim
 
 from sumi.core import records as r
 from sumi.workflow import _decide as d
+from tests.unit.workflow.wf_kit import T0, Sim
 
 DO1 = {"maxAttempts": 1}
 
