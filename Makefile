@@ -6,12 +6,19 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: up test lint bench
-up: $(VENV)/.ready
+.PHONY: up test lint bench walls
+up: $(VENV)/.ready walls
 	$(BIN)/sumi up
 
-test: $(VENV)/.ready
+test: $(VENV)/.ready walls
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The OS walls of the worker runtimes (docs/security.md): bubblewrap, installed when it is
+# missing and we are root on a Debian-like system; otherwise say what that costs.
+walls:
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && { apt-get install -y -q bubblewrap || { apt-get update -q && apt-get install -y -q bubblewrap; }; } >/dev/null; } \
+	  || echo "bubblewrap is missing: python workers are refused, javascript runs behind weaker walls (docs/security.md)"
 
 # ruff and mypy come with the `test` extra; mypy is strict (pyproject.toml) on sumi and sumi_projections.
 lint: $(VENV)/.ready

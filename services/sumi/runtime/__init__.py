@@ -1,7 +1,8 @@
 """Worker runtimes: run a Version's code in stoppable, isolated execution contexts.
 
 ``javascript`` contexts are worker threads of one sandboxed Node.js process;
-``python`` contexts are child processes running trusted code.
+``python`` contexts are child processes. Both kinds of process run behind the
+OS walls of ``_walls`` (docs/security.md).
 """
 
 from ._jshost import JsContext, JsRuntime, RuntimeUnavailable

@@ -259,9 +259,17 @@ class Channel:
         self._state.pop(context_id, None)
 
     async def _read_stderr(self) -> None:
+        """The child's stderr, line by line, each cut at MAX_TEXT (a line may never end)."""
         assert self.proc is not None and self.proc.stderr is not None
-        async for line in self.proc.stderr:
-            self._log.log(self._stderr_level, "[%s] %s", self._label, line.decode("utf-8", "replace").rstrip())
+        pending = b""
+        while chunk := await self.proc.stderr.read(65536):
+            *lines, pending = (pending + chunk).split(b"\n")
+            if len(pending) > _protocol.MAX_TEXT:
+                lines.append(pending)
+                pending = b""
+            for line in lines:
+                text = line[: _protocol.MAX_TEXT].decode("utf-8", "replace").rstrip()
+                self._log.log(self._stderr_level, "[%s] %s", self._label, text)
 
     async def _exited(self) -> None:
         self._kill()

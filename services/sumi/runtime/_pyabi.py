@@ -21,6 +21,17 @@ from ._pyworkflow import WorkflowBinding, run_workflow
 from .types import HostError
 
 HANDLER_NAMES = ("queue",)
+# The same bounds as the JavaScript sandbox's; the parent enforces them anyway.
+MAX_IN_FLIGHT = 256  # host calls sent and not yet answered
+MAX_WAITING = 10_000  # host calls queued behind those
+MAX_LOG_TEXT = 8 * 1024
+MAX_ERROR_TEXT = 2 * 1024
+
+
+def truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…[truncated]"
+
+
 EXIT_HEAP_LIMIT = 86  # the parent maps this exit code to reason heap_limit
 PACKAGE = "_sumi_worker"  # the Version's modules are this package's submodules
 
@@ -150,30 +161,37 @@ class Abi:
         self._child = child
         self._calls = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._waiting = 0
         # WF-44 provenance: only errors this runtime raised are in here.
         self._issued: weakref.WeakSet[BaseException] = weakref.WeakSet()
         self.halted = False  # a workflow execution reported its outcome: no more host calls (WF-46)
 
     async def call(self, method: str, args: dict[str, Any]) -> Any:
+        """At most MAX_IN_FLIGHT calls are on the channel; a slot frees when the reply
+        arrives (even for a call whose caller was cancelled), as the parent counts them."""
         if self.halted:
             await asyncio.get_running_loop().create_future()  # never answered, like a stopped context
+        if self._waiting >= MAX_WAITING:
+            raise RuntimeError(f"{method}: more than {MAX_WAITING} host calls waiting")
+        self._waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self._waiting -= 1
         call_id = next(self._calls)
         future = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
-        self._child.send(
-            {
-                "op": "host_call",
-                "callId": call_id,
-                "method": method,
-                "args": args,
-                "contextId": getattr(self._child, "context_id", ""),
-            }
-        )
+        frame = {"op": "host_call", "callId": call_id, "method": method, "args": args}
+        self._child.send({**frame, "contextId": getattr(self._child, "context_id", "")})
         return await future
 
     def deliver_reply(self, frame: dict[str, Any]) -> None:
         future = self._pending.pop(frame.get("callId", -1), None)
-        if future is None or future.done():
+        if future is None:
+            return
+        self._slots.release()
+        if future.done():
             return
         if frame.get("ok"):
             future.set_result(frame.get("value"))
@@ -196,8 +214,15 @@ class Abi:
 
     def _error(self, exc: BaseException) -> dict[str, Any]:
         name = exc.name if isinstance(exc, HostError) else type(exc).__name__
-        message = exc.message if isinstance(exc, HostError) else str(exc)
-        return {"name": name, "message": message, "hostError": self.is_host_error(exc)}
+        try:
+            message = exc.message if isinstance(exc, HostError) else str(exc)
+        except Exception:  # noqa: BLE001 - a worker's __str__ may raise
+            message = "unreadable error"
+        return {
+            "name": truncate(str(name), 256),
+            "message": truncate(str(message), MAX_ERROR_TEXT),
+            "hostError": self.is_host_error(exc),
+        }
 
     async def invoke_queue(
         self, main: Any, load_error: str | None, batch: dict[str, Any], env: dict[str, Any]
@@ -212,6 +237,7 @@ class Abi:
                 "error": {"name": "TypeError", "message": "main module has no queue handler"},
             }
         ctx = Ctx()
+        before = asyncio.all_tasks()
         try:
             await handler(Batch(self, batch), Env(self, env), ctx)
             result: dict[str, Any] = {"ok": True}
@@ -221,7 +247,12 @@ class Abi:
             result = {"ok": False, "reason": "threw", "error": self._error(e)}
         for outcome in await asyncio.gather(*ctx.pending, return_exceptions=True):
             if isinstance(outcome, BaseException):
-                self._child.log("error", f"wait_until rejected: {outcome!r}")
+                self._child.log("error", truncate(f"wait_until rejected: {outcome!r}", MAX_LOG_TEXT))
+        # What the handler started and left running ends with it, before the result leaves:
+        # nothing of this invocation may run on, or call the Host, while the context is pooled.
+        for task in asyncio.all_tasks() - before:
+            if task is not asyncio.current_task():
+                task.cancel()
         return result
 
     async def invoke_workflow(

@@ -1,10 +1,13 @@
 """Child process of the ``python`` runtime: one execution context.
 
-Python worker code is TRUSTED code. This process is not a sandbox: the code
-can read files, open sockets and spawn processes with the Host's user rights.
-What the process boundary does give is the ABI's other guarantees: a fresh
-interpreter per context (no state survives between contexts, WF-32), CPU and
-memory limits, and a physical stop (SIGKILL) the Host can confirm (WF-26, WF-46).
+Python worker code owns this process: there is no language sandbox, and it can
+write any frame on the channel. The parent starts it behind the OS walls
+(``_walls``: empty environment, own network namespace, user 65534, read-only
+view of only the interpreter, the runtime's code and the Version) and checks
+every frame it writes (``_protocol``). The process boundary also gives the
+ABI's other guarantees: a fresh interpreter per context (no state survives
+between contexts, WF-32), CPU and memory limits, and a physical stop (SIGKILL)
+the Host can confirm (WF-26, WF-46).
 
 Run as ``python -m sumi.runtime._pychild``; frames on stdin/stdout as in
 ``_frames``. The first frame is ``start_context``.
@@ -22,7 +25,7 @@ import sys
 from typing import Any
 
 from . import _frames
-from ._pyabi import EXIT_HEAP_LIMIT, PACKAGE, Abi
+from ._pyabi import EXIT_HEAP_LIMIT, MAX_ERROR_TEXT, MAX_LOG_TEXT, PACKAGE, Abi, truncate
 
 
 class Limits:
@@ -85,7 +88,7 @@ class Child:
         except MemoryError:
             raise
         except BaseException as e:  # a broken Version is data, not a crash
-            self.load_error = f"{type(e).__name__}: {e}"
+            self.load_error = truncate(f"{type(e).__name__}: {e}", MAX_ERROR_TEXT)
         finally:
             self.limits.disarm()
         self.send({"op": "started", "reqId": frame["reqId"], "loadError": self.load_error})
@@ -139,8 +142,11 @@ class _LogStream:
     def write(self, text: str) -> int:
         self._buf += text
         *lines, self._buf = self._buf.split("\n")
+        if len(self._buf) > MAX_LOG_TEXT:  # a line that never ends is cut, not held
+            lines.append(self._buf)
+            self._buf = ""
         for line in lines:
-            self._child.log(self._level, line)
+            self._child.log(self._level, truncate(line, MAX_LOG_TEXT))
         return len(text)
 
     def flush(self) -> None:

@@ -94,7 +94,8 @@ def test_size_limit_edges() -> None:  # DOC-1, DOC-6
 
 def test_canonical_form_matches_rfc8785() -> None:  # DOC-1
     sources = [
-        "return {b: 1, a: [1e21, 1e-7, -0, 0.1, 123456789012], '\\u20ac': 'x', '\\ud83d\\ude00': 1, 'A': 2, '\\x7f': 3}",
+        "return {b: 1, a: [1e21, 1e-7, -0, 0.1, 123456789012], '\\u20ac': 'x', '\\ud83d\\ude00': 1, 'A': 2,"
+        " '\\x7f': 3}",
         "return {s: '\\u0001\\b\\t\\n\\f\\r\"\\\\/é😀', n: [5e-324, 1.7976931348623157e308, 333333333.3333333]}",
     ]
     for r in check_documents(*sources):

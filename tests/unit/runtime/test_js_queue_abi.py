@@ -1,4 +1,4 @@
-"""The JavaScript queue handler ABI: batch settlement, env, host errors, load info."""
+"""What only the JavaScript queue handler ABI has (the shared contract is test_contract.py)."""
 
 from __future__ import annotations
 
@@ -26,48 +26,25 @@ async def invoke(rt: JsRuntime, body: str, host: Host | None = None):
     return result, host
 
 
-async def test_settlement_calls_carry_the_batch(rt: JsRuntime) -> None:  # QC-25..28
+async def test_settlement_methods_are_bound_and_resolve_undefined(rt: JsRuntime) -> None:  # QC-25..28
     result, host = await invoke(
         rt,
         """
       for (const m of batch.messages) if (!(m.body instanceof Uint8Array)) throw new Error('body');
-      if (batch.id !== 'batch-1' || batch.queue !== 'orders') throw new Error('batch');
-      if (batch.messages[0].timestamp !== 1700000000001 || batch.messages[0].attempts !== 1) throw new Error('msg');
       if ((await batch.acknowledge('m1')) !== undefined) throw new Error('resolves undefined');
-      await batch.retry('m2');
-      await batch.retry('m2', 30);
-      await batch.acknowledgeAll();
-      await batch.retryAll();
       await batch.retryAll(43200);
       const { acknowledge } = batch; await acknowledge('m1');  // bound to the batch
+      await env.OUT.send(new Uint8Array([0, 255]));
+      await env.OUT.sendBatch([{body: new Uint8Array([1]).buffer}, {body: 'x', delaySeconds: 0}]);
     """,
     )
     assert result.ok, result
     b = {"batchId": "batch-1"}
     assert host.calls == [
         ("batch.acknowledge", {**b, "messageId": "m1"}),
-        ("batch.retry", {**b, "messageId": "m2"}),
-        ("batch.retry", {**b, "messageId": "m2", "delaySeconds": 30}),
-        ("batch.acknowledgeAll", b),
-        ("batch.retryAll", b),
         ("batch.retryAll", {**b, "delaySeconds": 43200}),
         ("batch.acknowledge", {**b, "messageId": "m1"}),
-    ]
-
-
-async def test_queue_binding_send(rt: JsRuntime) -> None:
-    result, host = await invoke(
-        rt,
-        """
-      await env.OUT.send('hé');
-      await env.OUT.send(new Uint8Array([0, 255]), {delaySeconds: 3});
-      await env.OUT.sendBatch([{body: new Uint8Array([1]).buffer}, {body: 'x', delaySeconds: 0}]);
-    """,
-    )
-    assert result.ok, result
-    assert host.calls == [
-        ("queue.send", {"binding": "OUT", "messages": [{"body": "aMOp"}]}),
-        ("queue.send", {"binding": "OUT", "messages": [{"body": "AP8=", "delaySeconds": 3}]}),
+        ("queue.send", {"binding": "OUT", "messages": [{"body": "AP8="}]}),
         ("queue.send", {"binding": "OUT", "messages": [{"body": "AQ=="}, {"body": "eA==", "delaySeconds": 0}]}),
     ]
 
@@ -75,20 +52,13 @@ async def test_queue_binding_send(rt: JsRuntime) -> None:
 @pytest.mark.parametrize(
     "call, error",
     [
-        ("batch.acknowledge(1)", "TypeError"),
         ("batch.acknowledge()", "TypeError"),
-        ("batch.retry('m1', -1)", "RangeError"),
-        ("batch.retry('m1', 43201)", "RangeError"),
-        ("batch.retry('m1', 1.5)", "RangeError"),
-        ("batch.retry('m1', '5')", "TypeError"),
         ("batch.retryAll(NaN)", "RangeError"),
-        ("env.OUT.send(5)", "TypeError"),
         ("env.OUT.send('x', {delay: 1})", "TypeError"),
         ("env.OUT.send('x', {delaySeconds: 99999})", "RangeError"),
-        ("env.OUT.sendBatch([])", "TypeError"),
     ],
 )
-async def test_bad_arguments_throw_before_any_host_call(rt: JsRuntime, call: str, error: str) -> None:  # QC-25
+async def test_bad_arguments_throw_synchronously(rt: JsRuntime, call: str, error: str) -> None:  # QC-25
     result, host = await invoke(
         rt,
         f"""
@@ -99,37 +69,21 @@ async def test_bad_arguments_throw_before_any_host_call(rt: JsRuntime, call: str
     assert host.calls == []
 
 
-async def test_host_errors_are_named_read_only_and_marked(rt: JsRuntime) -> None:  # QC-25, QC-26, WF-44
-    host = Host(fail={"batch.acknowledge": "already_settled", "batch.retry": "unknown_message"})
+async def test_host_error_name_is_a_read_only_hidden_property(rt: JsRuntime) -> None:  # QC-25, WF-44
+    host = Host(fail={"batch.acknowledge": "already_settled"})
     result, _ = await invoke(
         rt,
         """
       let e;
       try { await batch.acknowledge('m1'); } catch (x) { e = x; }
       const d = Object.getOwnPropertyDescriptor(e, 'name');
-      if (!(e instanceof Error) || e.name !== 'already_settled') throw new Error('name ' + e.name);
+      if (!(e instanceof Error)) throw new Error('not an Error');
       if (d.writable || d.enumerable || d.configurable) throw new Error('descriptor');
-      try { e.name = 'other'; } catch {}
-      if (e.name !== 'already_settled') throw new Error('name changed');
       if (Object.keys(e).includes('name')) throw new Error('enumerable');
-      throw e;  // rethrowing the same object keeps provenance
     """,
         host,
     )
-    assert (result.reason, result.error_name, result.host_error) == ("threw", "already_settled", True)
-
-    result, _ = await invoke(
-        rt,
-        """
-      try { await batch.retry('m9'); } catch (e) {
-        const copy = new Error(e.message);
-        Object.defineProperty(copy, 'name', { value: e.name });
-        throw copy;
-      }
-    """,
-        host,
-    )
-    assert (result.error_name, result.host_error) == ("unknown_message", False)
+    assert result.ok, result
 
 
 async def test_handler_throw_and_rejection_are_reported(rt: JsRuntime) -> None:  # QC-32
@@ -186,7 +140,7 @@ async def test_broken_module_is_a_load_error(rt: JsRuntime, source: str, needle:
     assert not result.ok
 
 
-async def test_console_goes_to_logging(rt: JsRuntime, caplog: pytest.LogCaptureFixture) -> None:
+async def test_console_formats_values_and_levels(rt: JsRuntime, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("INFO", logger="sumi.runtime.js")
     result, _ = await invoke(rt, "console.log('hello from', batch.id, {a: 1}); console.error('bad');")
     assert result.ok

@@ -124,7 +124,8 @@ async def test_globals_behave(rt: JsRuntime) -> None:
       eq(atob(btoa('hi\\u00ff')), 'hi\\u00ff', 'base64');
       const u = new URL('../b?q=1#h', 'https://ex.org/a/c');
       eq(u.href, 'https://ex.org/b?q=1#h', 'url'); u.pathname = '/z'; eq(u.href, 'https://ex.org/z?q=1#h', 'url set');
-      const c = structuredClone({a: [1, {b: 2}], d: new Date(5)}); eq(c.a[1].b, 2, 'clone'); eq(c.d.getTime(), 5, 'date');
+      const c = structuredClone({a: [1, {b: 2}], d: new Date(5)});
+      eq(c.a[1].b, 2, 'clone'); eq(c.d.getTime(), 5, 'date');
       eq(crypto.randomUUID().length, 36, 'uuid');
       const r = crypto.getRandomValues(new Uint8Array(16)); eq(r.length, 16, 'random');
       await new Promise((res) => setTimeout(res, 5));
