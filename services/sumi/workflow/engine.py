@@ -39,7 +39,6 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from sumi.core import ids, kafka
 from sumi.core import records as r
 from sumi.core.config import Settings
-from sumi.core.kafka import shorten_txn_retry
 from sumi.core.problems import Problem
 from sumi.queue._outbox import Outbox
 from sumi.runtime.types import WorkflowOutcome
