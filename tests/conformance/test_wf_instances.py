@@ -35,6 +35,7 @@ export class Flow {
 }
 """
 TERMINAL = ("complete", "errored", "terminated")
+STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
 
 
 class Flows:
@@ -289,3 +290,39 @@ async def test_replay_rebuilds_the_workflow_read_models(api: Api, flows: Flows, 
     await asyncio.sleep(1.0)  # let the engine's last reports settle
     audit = await replay_and_compare(host.settings)
     assert audit.differences == [] and audit.quarantined == []
+
+
+async def test_observed_counts_follow_the_instances(api: Api, flows: Flows) -> None:  # WF-9
+    await flows.until(await flows.started(params={"n": 1}), "complete")
+    await flows.until(await flows.started(params={"mode": "wait"}), "waiting")
+    want = {**dict.fromkeys(STATUSES, 0), "complete": 1, "waiting": 1}
+    deadline = time.monotonic() + 30
+    while True:
+        seen = (await api.get(flows.uid)).json()["observed"]
+        if seen["instanceCounts"] == want:
+            break
+        assert time.monotonic() < deadline, seen
+        await asyncio.sleep(0.2)
+    assert seen["ready"] is True and seen["observedAt"].endswith("Z")
+
+
+async def test_backend_unavailable_then_the_retry_is_the_same_instance(flows: Flows, host: Any) -> None:  # WF-27
+    key = uuid.uuid4().hex
+    await asyncio.to_thread(host.supervisor.hold, "workflow")
+    try:
+        lost = await flows.create({"params": {"n": 5}}, key=key)
+        assert_problem(lost, 503, "backend_unavailable")  # nothing is known to have happened
+        assert (await flows.api.c.get(flows.base, headers=flows.api.h)).status_code == 200  # reads still answer
+    finally:
+        await asyncio.to_thread(host.supervisor.release, "workflow")
+    deadline = time.monotonic() + 60
+    while True:  # the client retries with the same key, as the contract says (WF-19: no second run)
+        retry = await flows.create({"params": {"n": 5}}, key=key)
+        if retry.status_code == 201:
+            break
+        assert_problem(retry, 503, "backend_unavailable")
+        assert time.monotonic() < deadline
+    iid = retry.json()["id"]
+    assert (await flows.until(iid, "complete"))["output"]["n"] == 10
+    listed = (await flows.api.c.get(flows.base, headers=flows.api.h)).json()["items"]
+    assert [i["id"] for i in listed] == [iid]
