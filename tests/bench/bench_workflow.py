@@ -1,4 +1,4 @@
-"""Workflow benchmark beside DBOS Transact. Run: python tests/bench/bench_workflow.py
+"""Workflow benchmark beside DBOS Transact. Run: python -m tests.bench.bench_workflow
 
 One 10-step workflow (each step a `step.do` whose effect returns a small document),
 measured in one run on the same broker and PostgreSQL:
@@ -21,21 +21,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "integration" / "workflow"))
-
-from engine_kit import Bench, engine_bench, engine_process  # noqa: E402
-from hostkit import new_settings  # noqa: E402
-
-from sumi.core import records as r  # noqa: E402
-from sumi.workflow import commands as c  # noqa: E402
+from sumi.core import records as r
+from sumi.workflow import commands as c
+from tests.hostkit import new_settings
+from tests.integration.workflow.engine_kit import Bench, engine_bench, engine_process
 
 N1 = int(os.environ.get("BENCH_WF_N1", "30"))
 N100 = int(os.environ.get("BENCH_WF_N100", "600"))

@@ -9,19 +9,15 @@ import asyncio
 import collections
 import os
 import signal
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.config import Settings
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "workflow"))
-from engine_kit import engine_bench, engine_process, reader  # noqa: E402
-from hostkit import new_settings  # noqa: E402
+from tests.hostkit import new_settings
+from tests.integration.workflow.engine_kit import engine_bench, engine_process, reader
 
 pytestmark = pytest.mark.integration
 

@@ -4,12 +4,12 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from engine_kit import Bench, engine_bench
-from hostkit import new_settings
 
 from sumi.core import records as r
 from sumi.workflow import _decide as d
 from sumi.workflow.engine import Engine
+from tests.hostkit import new_settings
+from tests.integration.workflow.engine_kit import Bench, engine_bench
 
 pytestmark = pytest.mark.integration
 

@@ -4,14 +4,14 @@ import json
 import uuid
 
 import pytest
-from engine_kit import SPACE, engine_bench, reader, until
-from hostkit import new_settings
 
 from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
+from tests.hostkit import new_settings
+from tests.integration.workflow.engine_kit import SPACE, engine_bench, reader, until
 
 pytestmark = pytest.mark.integration
 

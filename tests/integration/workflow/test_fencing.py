@@ -6,10 +6,10 @@ import os
 import signal
 
 import pytest
-from engine_kit import engine_bench, engine_process, until
-from hostkit import new_settings
 
 from sumi.core import records as r
+from tests.hostkit import new_settings
+from tests.integration.workflow.engine_kit import engine_bench, engine_process, until
 
 pytestmark = pytest.mark.integration
 
