@@ -42,6 +42,7 @@ from sumi.queue._control import LIVE, Consumer, ControlTable
 from sumi.queue._outbox import Outbox
 from sumi.queue._runs import BatchRun
 from sumi.queue._state import ENGINE_RECORDS, EngineState, evolve
+from sumi.workflow.client import WorkflowClient
 
 log = logging.getLogger("sumi.queue")
 SWEEP_MS = 1000
@@ -63,6 +64,7 @@ class Engine:
         self.settings = settings
         self.state = EngineState()
         self.control = ControlTable()
+        self.workflows = WorkflowClient(settings)
         self.runs: dict[str, BatchRun] = {}
         self.windows: dict[str, int | None] = {}
         self.observed_sent: dict[str, dict[str, bool]] = {}
@@ -317,6 +319,7 @@ class Engine:
                 self.schedule(),
                 kafka.follow(queue_reader, self._fold_queue, self.wake.set),
                 kafka.follow(control_reader, self._fold_control, self.wake.set),
+                self.workflows.run(),
             )
         finally:
             for run in list(self.runs.values()):

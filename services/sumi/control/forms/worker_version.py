@@ -37,7 +37,7 @@ EXTENSIONS = {"javascript": (".js", ".mjs"), "python": (".py",)}
 ALL_EXTENSIONS = (".js", ".mjs", ".py")
 
 
-def module_name_error(name: Any) -> str | None:
+def module_name_error(name: object) -> str | None:
     """A relative path: no leading '/', no empty, '.' or '..' segments, a code extension."""
     if not isinstance(name, str) or not name:
         return "must be a non-empty string"
@@ -52,7 +52,7 @@ def module_name_error(name: Any) -> str | None:
     return None
 
 
-def _modules_errors(modules: Any) -> list[FieldError]:
+def _modules_errors(modules: object) -> list[FieldError]:
     if not isinstance(modules, list) or not modules:
         return [FieldError("/spec/modules", "must be a non-empty array")]
     errors: list[FieldError] = []
@@ -156,7 +156,7 @@ def class_fitness(version: ResourceView, class_name: str) -> str | Problem:
 class WorkerVersion(BaseForm):
     url = WORKER_VERSION
 
-    def validate_spec(self, spec: Any) -> list[FieldError]:
+    def validate_spec(self, spec: object) -> list[FieldError]:
         spec, errors = closed_object(
             spec,
             "/spec",
