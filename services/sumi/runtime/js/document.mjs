@@ -13,16 +13,37 @@
 // Shared acyclic sub-objects are allowed (DOC-3); each object's fragment is
 // memoized, so a DAG that would expand exponentially is still judged in
 // linear time, and no fragment grows past the limit before we stop.
+//
+// Worker code runs in the same realm after this module was evaluated and may
+// patch prototypes (an array iterator that throws, a setter on
+// Object.prototype, RegExp.prototype.exec): the intrinsics are captured here,
+// lists are walked by index and strings built by concatenation, so the
+// verdict and the canonical text do not depend on what worker code patched.
 export const MAX_DOCUMENT_BYTES = 1048576;
 export const MAX_ROOT_PROPERTIES = 1024;
 
-const { getOwnPropertyDescriptor, getPrototypeOf } = Object;
-const { ownKeys } = Reflect;
+const { getOwnPropertyDescriptor, getPrototypeOf, hasOwn } = Object;
+const { ownKeys, apply } = Reflect;
 const { isArray } = Array;
+const { isFinite } = Number;
+const { stringify } = JSON;
+const _String = String;
+const _Map = Map;
+const _Set = Set;
+const _RangeError = RangeError;
+const charCodeAt = String.prototype.charCodeAt;
+const arraySort = Array.prototype.sort;
+const MapGet = Map.prototype.get;
+const MapSet = Map.prototype.set;
+const SetHas = Set.prototype.has;
+const SetAdd = Set.prototype.add;
+const SetDelete = Set.prototype.delete;
 const OBJECT_PROTO = Object.prototype;
 const ARRAY_PROTO = Array.prototype;
 
 class Reject {
+  code; // class fields are defined, not assigned: no setter of Object.prototype runs
+  message;
   constructor(code, message) { this.code = code; this.message = message; }
 }
 const invalid = (path, what) => new Reject('invalid_params', `${path || 'document'}: ${what}`);
@@ -31,7 +52,7 @@ const tooLarge = (what) => new Reject('document_too_large', what);
 function utf8Length(s) {
   let n = 0;
   for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
+    const c = apply(charCodeAt, s, [i]);
     if (c < 0x80) n += 1;
     else if (c < 0x800) n += 2;
     else if (c >= 0xd800 && c <= 0xdbff) { n += 4; i++; } // well-formed: a pair
@@ -40,11 +61,23 @@ function utf8Length(s) {
   return n;
 }
 
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+function wellFormed(s) {
+  for (let i = 0; i < s.length; i++) {
+    const c = apply(charCodeAt, s, [i]);
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const d = i + 1 < s.length ? apply(charCodeAt, s, [i + 1]) : 0;
+      if (d < 0xdc00 || d > 0xdfff) return false;
+      i++;
+    } else if (c >= 0xdc00 && c <= 0xdfff) {
+      return false;
+    }
+  }
+  return true;
+}
 
 function serializeString(s, path) {
-  if (LONE_SURROGATE.test(s)) throw invalid(path, 'string is not well-formed Unicode');
-  return JSON.stringify(s);
+  if (!wellFormed(s)) throw invalid(path, 'string is not well-formed Unicode');
+  return stringify(s); // a primitive: no toJSON is looked up
 }
 
 function fragment(str) {
@@ -56,20 +89,21 @@ function fragment(str) {
 function dataValue(obj, key, path) {
   const d = getOwnPropertyDescriptor(obj, key);
   if (d === undefined) throw invalid(path, 'hole');
-  if (!('value' in d)) throw invalid(path, 'accessor property');
+  if (!hasOwn(d, 'value')) throw invalid(path, 'accessor property');
   return d;
 }
 
 class Serializer {
-  constructor() { this.memo = new Map(); this.active = new Set(); }
+  memo = new _Map();
+  active = new _Set();
 
   value(v, path) {
     switch (typeof v) {
       case 'string': return fragment(serializeString(v, path));
       case 'boolean': return fragment(v ? 'true' : 'false');
       case 'number':
-        if (!Number.isFinite(v)) throw invalid(path, 'number is not finite');
-        return fragment(v === 0 ? '0' : String(v)); // ES Number::toString, as RFC 8785 requires
+        if (!isFinite(v)) throw invalid(path, 'number is not finite');
+        return fragment(v === 0 ? '0' : _String(v)); // ES Number::toString, as RFC 8785 requires
       case 'object':
         if (v === null) return fragment('null');
         return this.object(v, path);
@@ -79,13 +113,13 @@ class Serializer {
   }
 
   object(v, path) {
-    const done = this.memo.get(v);
+    const done = apply(MapGet, this.memo, [v]);
     if (done !== undefined) return done;
-    if (this.active.has(v)) throw invalid(path, 'cycle');
-    this.active.add(v);
+    if (apply(SetHas, this.active, [v])) throw invalid(path, 'cycle');
+    apply(SetAdd, this.active, [v]);
     const out = isArray(v) ? this.array(v, path) : this.plain(v, path);
-    this.active.delete(v);
-    this.memo.set(v, out);
+    apply(SetDelete, this.active, [v]);
+    apply(MapSet, this.memo, [v, out]);
     return out;
   }
 
@@ -93,38 +127,39 @@ class Serializer {
     if (getPrototypeOf(v) !== ARRAY_PROTO) throw invalid(path, 'array with a foreign prototype');
     const len = v.length;
     if (ownKeys(v).length !== len + 1) throw invalid(path, 'array with holes or extra properties');
-    const parts = [];
+    let str = '';
     let bytes = 2;
     for (let i = 0; i < len; i++) {
       const p = `${path}[${i}]`;
-      const d = dataValue(v, String(i), p);
+      const d = dataValue(v, _String(i), p);
       const f = this.value(d.value, p);
       bytes += f.bytes + (i ? 1 : 0);
       if (bytes > MAX_DOCUMENT_BYTES) throw tooLarge(`canonical JSON exceeds ${MAX_DOCUMENT_BYTES} bytes`);
-      parts.push(f.str);
+      str += (i ? ',' : '') + f.str;
     }
-    return { str: `[${parts.join(',')}]`, bytes };
+    return { str: `[${str}]`, bytes };
   }
 
   plain(v, path) {
     const proto = getPrototypeOf(v);
     if (proto !== OBJECT_PROTO && proto !== null) throw invalid(path, 'not a plain object');
     const keys = ownKeys(v);
-    for (const k of keys) if (typeof k === 'symbol') throw invalid(path, 'symbol key');
-    keys.sort(); // default order compares UTF-16 code units, as RFC 8785 requires
-    const parts = [];
+    for (let i = 0; i < keys.length; i++) if (typeof keys[i] === 'symbol') throw invalid(path, 'symbol key');
+    apply(arraySort, keys, []); // default order compares UTF-16 code units, as RFC 8785 requires
+    let str = '';
     let bytes = 2;
-    for (const k of keys) {
+    for (let i = 0; i < keys.length; i++) {
+      const k = keys[i];
       const p = path ? `${path}.${k}` : k;
       const d = dataValue(v, k, p);
       if (!d.enumerable) throw invalid(p, 'non-enumerable property');
       const key = fragment(serializeString(k, p));
       const f = this.value(d.value, p);
-      bytes += key.bytes + 1 + f.bytes + (parts.length ? 1 : 0);
+      bytes += key.bytes + 1 + f.bytes + (i ? 1 : 0);
       if (bytes > MAX_DOCUMENT_BYTES) throw tooLarge(`canonical JSON exceeds ${MAX_DOCUMENT_BYTES} bytes`);
-      parts.push(`${key.str}:${f.str}`);
+      str += `${i ? ',' : ''}${key.str}:${f.str}`;
     }
-    return { str: `{${parts.join(',')}}`, bytes };
+    return { str: `{${str}}`, bytes };
   }
 }
 
@@ -140,7 +175,7 @@ export function checkDocument(value) {
     return { ok: true, canonical: str, size: bytes };
   } catch (e) {
     if (e instanceof Reject) return { ok: false, code: e.code, message: e.message };
-    if (e instanceof RangeError) return { ok: false, code: 'invalid_params', message: 'document nested too deeply' };
+    if (e instanceof _RangeError) return { ok: false, code: 'invalid_params', message: 'document nested too deeply' };
     throw e;
   }
 }

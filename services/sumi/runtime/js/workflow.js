@@ -230,6 +230,13 @@
         return never();
       }
       const suspend = () => { finish({ kind: 'suspended' }); };
+      // The runtime's own work failed in this realm: only patched intrinsics (e.g. a throwing array
+      // iterator under the document checker) do that. The run cannot go on truthfully; it threw.
+      function broken(e) {
+        finish({ kind: 'errored', reason: 'run_threw', message: `the runtime could not check a document in this context: ${describe(e).message}` });
+        return never();
+      }
+      const guarded = (fn) => (v) => { try { fn(v); } catch (e) { broken(e); } };
 
       // Record a settled live step so a later call of the same name replays it in this context too.
       function settle(step, record, settleFn, value) {
@@ -242,7 +249,11 @@
       function replay(record) {
         if (own(record, 'ok') === true) {
           const canonical = own(record, 'canonical');
-          return promiseResolve(typeof canonical === 'string' ? jsonParse(canonical) : fresh(own(record, 'result')));
+          try {
+            return promiseResolve(typeof canonical === 'string' ? jsonParse(canonical) : fresh(own(record, 'result')));
+          } catch (e) {
+            return broken(e);
+          }
         }
         const error = own(record, 'error');
         return promiseReject(stepError(String(own(error, 'name') || 'step_failed'), String(own(error, 'message') || '')));
@@ -290,7 +301,7 @@
             }
           };
           // A Host rejection (limits, a fenced owner, backend down) leaves the step pending (contract).
-          apply(PromiseThen, call(method, args), [onReply, suspend]);
+          apply(PromiseThen, call(method, args), [guarded(onReply), suspend]);
         });
       }
 
@@ -334,7 +345,7 @@
           }
           active = { name, kind: 'do' }; // unsettled from here: a step started inside the effect overlaps
           return new _Promise((resolve, reject) => {
-            apply(PromiseThen, attempt(effect), [(outcome) => {
+            apply(PromiseThen, attempt(effect), [guarded((outcome) => {
               if (finished) return;
               const { canonical } = outcome;
               const args = {
@@ -343,7 +354,7 @@
               };
               const failure = outcome.ok ? '' : outcome.error.message;
               apply(PromiseThen, live('do', name, 'step.do', args, failure, canonical), [resolve, reject]);
-            }]);
+            })]);
           });
         },
         sleep(name, seconds) {
