@@ -210,9 +210,9 @@ async function runtimeModule(file) {
 }
 
 async function load() {
-  const { checkDocument } = await runtimeModule('./document.mjs');
+  const { checkDocument, scalarValues } = await runtimeModule('./document.mjs');
   const installWorkflow = runtimeScript('./workflow.js');
-  control = runtimeScript('./sandbox.js')(bridge, { installWorkflow, checkDocument });
+  control = runtimeScript('./sandbox.js')(bridge, { installWorkflow, checkDocument, scalarValues });
   const mainName = workerData.mainModule.replace(/^\.\//, '');
   if (!sources.has(mainName)) throw new Error(`main module "${mainName}" is not among the modules`);
   const main = moduleFor(mainName);

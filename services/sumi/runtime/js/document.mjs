@@ -61,22 +61,25 @@ function utf8Length(s) {
   return n;
 }
 
-function wellFormed(s) {
-  for (let i = 0; i < s.length; i++) {
+// How many Unicode scalar values a string holds (a surrogate pair is one), or -1
+// if it has a lone surrogate (is not well-formed). Names and IDs count these (WF-34).
+export function scalarValues(s) {
+  let n = 0;
+  for (let i = 0; i < s.length; i++, n++) {
     const c = apply(charCodeAt, s, [i]);
     if (c >= 0xd800 && c <= 0xdbff) {
       const d = i + 1 < s.length ? apply(charCodeAt, s, [i + 1]) : 0;
-      if (d < 0xdc00 || d > 0xdfff) return false;
+      if (d < 0xdc00 || d > 0xdfff) return -1;
       i++;
     } else if (c >= 0xdc00 && c <= 0xdfff) {
-      return false;
+      return -1;
     }
   }
-  return true;
+  return n;
 }
 
 function serializeString(s, path) {
-  if (!wellFormed(s)) throw invalid(path, 'string is not well-formed Unicode');
+  if (scalarValues(s) < 0) throw invalid(path, 'string is not well-formed Unicode');
   return stringify(s); // a primitive: no toJSON is looked up
 }
 

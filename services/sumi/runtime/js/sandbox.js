@@ -344,7 +344,7 @@
     }
   }
 
-  // extensions: { installWorkflow, checkDocument }, both already evaluated in this realm
+  // extensions: { installWorkflow, checkDocument, scalarValues }, all already evaluated in this realm
   // (workflow.js, document.mjs) by context_worker.mjs.
   return function install(bridge, extensions) {
     // bridge(kind, payload) -> string | undefined. Host side never throws.
@@ -601,7 +601,10 @@
     };
 
     const workflow = extensions && extensions.installWorkflow
-      ? extensions.installWorkflow({ hostCall, makeHostError, checkDocument: extensions.checkDocument, describe })
+      ? extensions.installWorkflow({
+        hostCall, makeHostError, describe,
+        checkDocument: extensions.checkDocument, scalarValues: extensions.scalarValues,
+      })
       : null;
 
     let mainNs = null;
