@@ -14,11 +14,15 @@
 // memoized, so a DAG that would expand exponentially is still judged in
 // linear time, and no fragment grows past the limit before we stop.
 //
-// Worker code runs in the same realm after this module was evaluated and may
-// patch prototypes (an array iterator that throws, a setter on
-// Object.prototype, RegExp.prototype.exec): the intrinsics are captured here,
-// lists are walked by index and strings built by concatenation, so the
-// verdict and the canonical text do not depend on what worker code patched.
+// The values judged belong to code that may have patched every intrinsic of
+// the realm after this module loaded (JSON.stringify, String.prototype...,
+// Array.prototype.sort): every intrinsic used here is captured when the module
+// is evaluated, before any worker code runs, and called through Reflect.apply.
+// An object's own keys are read once and that one list is both counted and
+// serialised. A Proxy could answer each read differently, so Proxies are
+// refused: makeDocumentChecker({ isProxy }) takes the test (the runtime passes
+// node's util.types.isProxy, kept out of worker code's reach); plain
+// checkDocument cannot tell and is for values built by trusted code.
 export const MAX_DOCUMENT_BYTES = 1048576;
 export const MAX_ROOT_PROPERTIES = 1024;
 
@@ -28,22 +32,26 @@ const { isArray } = Array;
 const { isFinite } = Number;
 const { stringify } = JSON;
 const _String = String;
-const _Map = Map;
-const _Set = Set;
 const _RangeError = RangeError;
-const charCodeAt = String.prototype.charCodeAt;
-const arraySort = Array.prototype.sort;
-const MapGet = Map.prototype.get;
-const MapSet = Map.prototype.set;
-const SetHas = Set.prototype.has;
-const SetAdd = Set.prototype.add;
-const SetDelete = Set.prototype.delete;
 const OBJECT_PROTO = Object.prototype;
 const ARRAY_PROTO = Array.prototype;
+const charCodeAt = String.prototype.charCodeAt;
+const regexpTest = RegExp.prototype.test;
+const arraySort = Array.prototype.sort;
+const arrayJoin = Array.prototype.join;
+const mapGet = Map.prototype.get;
+const mapSet = Map.prototype.set;
+const setHas = Set.prototype.has;
+const setAdd = Set.prototype.add;
+const setDelete = Set.prototype.delete;
+const _Map = Map;
+const _Set = Set;
+const { defineProperty } = Object;
+// Not `list[i] = v`: on a missing index that runs setters put on Array.prototype.
+const push = (list, v) => defineProperty(list, list.length, { value: v, writable: true, enumerable: true, configurable: true });
 
 class Reject {
-  code; // class fields are defined, not assigned: no setter of Object.prototype runs
-  message;
+  code; message; // own fields, defined before the assignments below (no inherited setter runs)
   constructor(code, message) { this.code = code; this.message = message; }
 }
 const invalid = (path, what) => new Reject('invalid_params', `${path || 'document'}: ${what}`);
@@ -61,26 +69,11 @@ function utf8Length(s) {
   return n;
 }
 
-// How many Unicode scalar values a string holds (a surrogate pair is one), or -1
-// if it has a lone surrogate (is not well-formed). Names and IDs count these (WF-34).
-export function scalarValues(s) {
-  let n = 0;
-  for (let i = 0; i < s.length; i++, n++) {
-    const c = apply(charCodeAt, s, [i]);
-    if (c >= 0xd800 && c <= 0xdbff) {
-      const d = i + 1 < s.length ? apply(charCodeAt, s, [i + 1]) : 0;
-      if (d < 0xdc00 || d > 0xdfff) return -1;
-      i++;
-    } else if (c >= 0xdc00 && c <= 0xdfff) {
-      return -1;
-    }
-  }
-  return n;
-}
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 function serializeString(s, path) {
-  if (scalarValues(s) < 0) throw invalid(path, 'string is not well-formed Unicode');
-  return stringify(s); // a primitive: no toJSON is looked up
+  if (apply(regexpTest, LONE_SURROGATE, [s])) throw invalid(path, 'string is not well-formed Unicode');
+  return stringify(s); // a primitive string: no toJSON is looked up
 }
 
 function fragment(str) {
@@ -97,8 +90,7 @@ function dataValue(obj, key, path) {
 }
 
 class Serializer {
-  memo = new _Map();
-  active = new _Set();
+  constructor(isProxy) { this.memo = new _Map(); this.active = new _Set(); this.isProxy = isProxy; }
 
   value(v, path) {
     switch (typeof v) {
@@ -115,41 +107,43 @@ class Serializer {
     }
   }
 
-  object(v, path) {
-    const done = apply(MapGet, this.memo, [v]);
+  object(v, path, maxKeys) {
+    if (this.isProxy(v)) throw invalid(path, 'a Proxy is not a document value');
+    const done = apply(mapGet, this.memo, [v]);
     if (done !== undefined) return done;
-    if (apply(SetHas, this.active, [v])) throw invalid(path, 'cycle');
-    apply(SetAdd, this.active, [v]);
-    const out = isArray(v) ? this.array(v, path) : this.plain(v, path);
-    apply(SetDelete, this.active, [v]);
-    apply(MapSet, this.memo, [v, out]);
+    if (apply(setHas, this.active, [v])) throw invalid(path, 'cycle');
+    apply(setAdd, this.active, [v]);
+    const out = isArray(v) ? this.array(v, path) : this.plain(v, path, maxKeys);
+    apply(setDelete, this.active, [v]);
+    apply(mapSet, this.memo, [v, out]);
     return out;
   }
 
   array(v, path) {
     if (getPrototypeOf(v) !== ARRAY_PROTO) throw invalid(path, 'array with a foreign prototype');
-    const len = v.length;
+    const len = dataValue(v, 'length', path).value;
     if (ownKeys(v).length !== len + 1) throw invalid(path, 'array with holes or extra properties');
-    let str = '';
+    const parts = [];
     let bytes = 2;
     for (let i = 0; i < len; i++) {
       const p = `${path}[${i}]`;
-      const d = dataValue(v, _String(i), p);
+      const d = dataValue(v, String(i), p);
       const f = this.value(d.value, p);
       bytes += f.bytes + (i ? 1 : 0);
       if (bytes > MAX_DOCUMENT_BYTES) throw tooLarge(`canonical JSON exceeds ${MAX_DOCUMENT_BYTES} bytes`);
-      str += (i ? ',' : '') + f.str;
+      push(parts, f.str);
     }
-    return { str: `[${str}]`, bytes };
+    return { str: `[${apply(arrayJoin, parts, [','])}]`, bytes };
   }
 
-  plain(v, path) {
+  plain(v, path, maxKeys) {
     const proto = getPrototypeOf(v);
     if (proto !== OBJECT_PROTO && proto !== null) throw invalid(path, 'not a plain object');
-    const keys = ownKeys(v);
+    const keys = ownKeys(v); // read once: counted and serialised from this one list
+    if (maxKeys !== undefined && keys.length > maxKeys) throw tooLarge(`more than ${maxKeys} root properties`);
     for (let i = 0; i < keys.length; i++) if (typeof keys[i] === 'symbol') throw invalid(path, 'symbol key');
     apply(arraySort, keys, []); // default order compares UTF-16 code units, as RFC 8785 requires
-    let str = '';
+    const parts = [];
     let bytes = 2;
     for (let i = 0; i < keys.length; i++) {
       const k = keys[i];
@@ -158,27 +152,28 @@ class Serializer {
       if (!d.enumerable) throw invalid(p, 'non-enumerable property');
       const key = fragment(serializeString(k, p));
       const f = this.value(d.value, p);
-      bytes += key.bytes + 1 + f.bytes + (i ? 1 : 0);
+      bytes += key.bytes + 1 + f.bytes + (parts.length ? 1 : 0);
       if (bytes > MAX_DOCUMENT_BYTES) throw tooLarge(`canonical JSON exceeds ${MAX_DOCUMENT_BYTES} bytes`);
-      str += `${i ? ',' : ''}${key.str}:${f.str}`;
+      push(parts, `${key.str}:${f.str}`);
     }
-    return { str: `{${str}}`, bytes };
+    return { str: `{${apply(arrayJoin, parts, [','])}}`, bytes };
   }
 }
 
-export function checkDocument(value) {
-  try {
-    if (typeof value !== 'object' || value === null || isArray(value)) {
-      throw invalid('', 'a document is a plain object');
+export function makeDocumentChecker({ isProxy }) {
+  return function checkDocument(value) {
+    try {
+      if (typeof value !== 'object' || value === null || isArray(value)) {
+        throw invalid('', 'a document is a plain object');
+      }
+      const { str, bytes } = new Serializer(isProxy).object(value, '', MAX_ROOT_PROPERTIES);
+      return { ok: true, canonical: str, size: bytes };
+    } catch (e) {
+      if (e instanceof Reject) return { ok: false, code: e.code, message: e.message };
+      if (e instanceof _RangeError) return { ok: false, code: 'invalid_params', message: 'document nested too deeply' };
+      throw e;
     }
-    if (ownKeys(value).length > MAX_ROOT_PROPERTIES) {
-      throw tooLarge(`more than ${MAX_ROOT_PROPERTIES} root properties`);
-    }
-    const { str, bytes } = new Serializer().object(value, '');
-    return { ok: true, canonical: str, size: bytes };
-  } catch (e) {
-    if (e instanceof Reject) return { ok: false, code: e.code, message: e.message };
-    if (e instanceof _RangeError) return { ok: false, code: 'invalid_params', message: 'document nested too deeply' };
-    throw e;
-  }
+  };
 }
+
+export const checkDocument = makeDocumentChecker({ isProxy: () => false });

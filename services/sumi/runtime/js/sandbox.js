@@ -344,7 +344,7 @@
     }
   }
 
-  // extensions: { installWorkflow, checkDocument, scalarValues }, all already evaluated in this realm
+  // extensions: { installWorkflow, checkDocument }, both already evaluated in this realm
   // (workflow.js, document.mjs) by context_worker.mjs.
   return function install(bridge, extensions) {
     // bridge(kind, payload) -> string | undefined. Host side never throws.
@@ -601,16 +601,18 @@
     };
 
     const workflow = extensions && extensions.installWorkflow
-      ? extensions.installWorkflow({
-        hostCall, makeHostError, describe,
-        checkDocument: extensions.checkDocument, scalarValues: extensions.scalarValues,
-      })
+      ? extensions.installWorkflow({ hostCall, makeHostError, checkDocument: extensions.checkDocument, describe })
       : null;
 
     let mainNs = null;
     let running = 0;
+    // checkDocument(value) -> {ok, canonical, size} | {ok: false, code, message}
+    // (document.mjs, loaded into this realm first): what the ABI uses to judge
+    // and snapshot every document a worker hands the Host (DOC-1..6).
+    let checkDocument = null;
     return freeze({
       setMain(ns) { mainNs = ns; },
+      setDocumentChecker(check) { if (checkDocument === null) checkDocument = check; },
       loadInfo() {
         const info = { handlers: [], workflowClasses: [] };
         const def = mainNs.default;

@@ -39,6 +39,7 @@
   const { freeze, keys, getOwnPropertyDescriptor } = Object;
   const { parse: jsonParse } = JSON;
   const { isInteger } = Number;
+  const charCodeAt = String.prototype.charCodeAt;
   const WeakSetHas = WeakSet.prototype.has;
   const WeakSetAdd = WeakSet.prototype.add;
   const MapGet = Map.prototype.get;
@@ -81,19 +82,29 @@
     return false;
   };
 
+  // 1..256 Unicode scalar values: no lone surrogates, pairs count once (WF-34, WF-19).
+  function scalarName(value) {
+    if (typeof value !== 'string') return false;
+    let n = 0;
+    for (let i = 0; i < value.length; i++, n++) {
+      const c = apply(charCodeAt, value, [i]);
+      if (c >= 0xd800 && c <= 0xdbff) {
+        const d = i + 1 < value.length ? apply(charCodeAt, value, [i + 1]) : 0;
+        if (d < 0xdc00 || d > 0xdfff) return false;
+        i++;
+      } else if (c >= 0xdc00 && c <= 0xdfff) {
+        return false;
+      }
+    }
+    return n >= 1 && n <= MAX_NAME;
+  }
   const isObject = (v) => typeof v === 'object' && v !== null;
   const intIn = (v, lo, hi) => typeof v === 'number' && isInteger(v) && v >= lo && v <= hi;
 
   return function installWorkflow(deps) {
     // deps: { hostCall(method, args) -> Promise, makeHostError(name, message), checkDocument(value),
-    //         scalarValues(string), describe(error) -> {name, message} } (document.mjs, sandbox.js)
-    const { hostCall, makeHostError, checkDocument, scalarValues, describe } = deps;
-    // 1..256 Unicode scalar values: no lone surrogates, pairs count once (WF-34, WF-19).
-    const scalarName = (value) => {
-      if (typeof value !== 'string') return false;
-      const n = scalarValues(value);
-      return n >= 1 && n <= MAX_NAME;
-    };
+    //         describe(error) -> {name, message} } (document.mjs, sandbox.js)
+    const { hostCall, makeHostError, checkDocument, describe } = deps;
     const typeError = (message) => new _TypeError(message);
     // The canonical JSON of a document from a Host reply or the history; undefined for none (DOC-5).
     const canonicalOf = (doc) => {
