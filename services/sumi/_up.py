@@ -161,7 +161,8 @@ def _up(state: Path, signals: StopSignals, started: float) -> int:
             part.stop()
         done = time.monotonic()
         say(
-            f"sumi: stopped in {done - stopping:.1f}s (services {services - stopping:.1f}s, parts {done - services:.1f}s)"
+            f"sumi: stopped in {done - stopping:.1f}s"
+            f" (services {services - stopping:.1f}s, parts {done - services:.1f}s)"
         )
     return 0
 
