@@ -30,6 +30,7 @@ class Spares:
         self.per_version = int(env) if per_version is None else per_version
         self._ready: dict[str, list[Any]] = {}
         self._starting: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def take(self, code: VersionView) -> Any | None:
         """A spare of this Version that is still running (or None), and a new one started behind it."""
@@ -43,9 +44,11 @@ class Spares:
 
     def refill(self, code: VersionView) -> None:
         have = len(self._ready.get(code.uid, ())) + self._starting.get(code.uid, 0)
-        for _ in range(self.per_version - have):
+        for _ in range(0 if self.engine.closing else self.per_version - have):
             self._starting[code.uid] = self._starting.get(code.uid, 0) + 1
-            asyncio.ensure_future(self._start(code))
+            task = asyncio.ensure_future(self._start(code))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _start(self, code: VersionView) -> None:
         try:
@@ -70,3 +73,12 @@ class Spares:
     def forget(self) -> None:
         """The runtimes went away, and every spare with them."""
         self._ready.clear()
+
+    async def close(self) -> None:
+        """No spare starts any more; the ready ones are stopped (the engine is going down)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        spares = [ctx for ready in self._ready.values() for ctx in ready]
+        self._ready.clear()
+        await asyncio.gather(*(ctx.stop() for ctx in spares), return_exceptions=True)

@@ -93,7 +93,7 @@ class Engine:
         self.wake = asyncio.Event()
         self.outbox: Outbox | None = None
         self.last_put: asyncio.Future[None] | None = None
-        self._runtimes: dict[str, Any] = {}
+        self._runtimes: dict[str, asyncio.Future[Any]] = {}  # kind -> its (starting) runtime
         self._last_observe = 0
         self.closing = False
 
@@ -277,20 +277,27 @@ class Engine:
             run.start()
 
     async def runtime(self, kind: str) -> Any:
-        if kind not in self._runtimes:
-            from sumi.runtime import JsRuntime, PyRuntime
+        """The one runtime process of a kind, started once however many runs ask at the same time."""
+        if self.closing:
+            raise RuntimeError("the workflow engine is stopping")
+        starting = self._runtimes.get(kind)
+        if starting is None:
+            starting = self._runtimes[kind] = asyncio.ensure_future(self._start_runtime(kind))
+        return await asyncio.shield(starting)
 
-            rt = JsRuntime() if kind == "javascript" else PyRuntime()
-            await rt.start()
-            self._runtimes[kind] = rt
-        return self._runtimes[kind]
+    @staticmethod
+    async def _start_runtime(kind: str) -> Any:
+        from sumi.runtime import JsRuntime, PyRuntime
+
+        rt = JsRuntime() if kind == "javascript" else PyRuntime()
+        await rt.start()
+        return rt
 
     async def restart_runtimes(self) -> None:
         """A stop the runtime did not confirm is proven the only certain way: its process exits."""
-        runtimes, self._runtimes = list(self._runtimes.values()), {}
+        starting, self._runtimes = list(self._runtimes.values()), {}
         self.spares.forget()
-        for rt in runtimes:
-            await rt.close()
+        await _close_runtimes(starting)
 
     # ---- the scheduler ---------------------------------------------------------------------
 
@@ -445,16 +452,33 @@ class Engine:
                 tasks.create_task(self._recheck(control_reader, control_tps))
         finally:
             self.closing = True
-            for run in list(self.runs.values()):
+            await self.spares.close()
+            runs = list(self.runs.values())
+            for run in runs:
                 run.stop()
-            for rt in self._runtimes.values():
-                await rt.close()
+            pending = [run.task for run in runs if run.task is not None]
+            if pending:  # each stops its context physically; bounded, the runtimes' exit proves the rest
+                await asyncio.wait(pending, timeout=5)
+                for task in pending:
+                    task.cancel()  # e.g. one still starting its runtime process
+                await asyncio.gather(*pending, return_exceptions=True)
+            await _close_runtimes(list(self._runtimes.values()))
             await commands.stop()
             await control_reader.stop()
             await producer.stop()
 
 
 STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
+
+
+async def _close_runtimes(starting: list["asyncio.Future[Any]"]) -> None:
+    """Close every runtime (each returns once its process has exited); one still starting is awaited first."""
+    for fut in starting:
+        try:
+            rt = await fut
+        except BaseException:  # never started: nothing runs
+            continue
+        await rt.close()
 
 
 async def serve(settings: Settings) -> None:
