@@ -27,7 +27,6 @@ predecessor), as the queue engine does; scale-out would split partitions by a gr
 
 import asyncio
 import heapq
-import json
 import logging
 import os
 import time
@@ -38,6 +37,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from sumi.core import ids, kafka
 from sumi.core import records as r
+from sumi.core.commands import Command as ControlCommand
+from sumi.core.commands import OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
 from sumi.queue._outbox import Outbox
@@ -144,9 +145,9 @@ class Engine:
         if len(self.decided) > REMEMBERED_COMMANDS:
             self.decided.popitem(last=False)
 
-    def control_command(self, kind: str, space: str, payload: dict[str, Any]) -> r.CommandSubmitted:
-        return r.CommandSubmitted(
-            ids.new_ulid(), kind, space, "sumi-workflow", True, json.dumps(payload, sort_keys=True), now_ms()
+    def control_command(self, space: str, command: ControlCommand) -> r.CommandSubmitted:
+        return submitted(
+            command, command_id=ids.new_ulid(), space=space, principal="sumi-workflow", admin=True, now=now_ms()
         )
 
     # ---- commands ------------------------------------------------------------------------------
@@ -340,11 +341,8 @@ class Engine:
             for k in keys:
                 inst = self.instances[k]
                 self.emit(k, [r.InstancePurged(wf.uid, inst.instance_id, now)])
-            report = {"operationId": op, "outcome": "succeeded", "effect": "complete"}
-            self.emit(
-                wf.uid,
-                [r.InstancesPurged(wf.uid, now, op), self.control_command("operation.report", wf.space, report)],
-            )
+            report = OperationReport(operation_id=op, outcome="succeeded", effect="complete")
+            self.emit(wf.uid, [r.InstancesPurged(wf.uid, now, op), self.control_command(wf.space, report)])
             self.reported.add(op)
 
     def _observe(self) -> None:
@@ -359,8 +357,8 @@ class Engine:
             per = counts.get(wf.uid, dict.fromkeys(STATUSES, 0))
             if self.observed.get(wf.uid) != per:
                 self.observed[wf.uid] = per
-                payload = {"uid": wf.uid, "observed": {"instanceCounts": per}}
-                self.emit(wf.uid, [self.control_command("resource.observe", wf.space, payload)])
+                observe = ResourceObserve(uid=wf.uid, observed={"instanceCounts": per})
+                self.emit(wf.uid, [self.control_command(wf.space, observe)])
 
     async def schedule(self) -> None:
         while True:
