@@ -120,7 +120,7 @@ class Channel:
         """The pid of the runtime process itself (inside its walls), for checks."""
         if self.proc is None:
             return None
-        return _walls.sandboxed_pid(self.proc.pid) or None if self._launcher else self.proc.pid
+        return _walls.command_pid(self.proc.pid) or None if self._launcher else self.proc.pid
 
     @property
     def alive(self) -> bool:
@@ -233,8 +233,14 @@ class Channel:
         ctx = self.contexts.get(context_id) if context_id is not None else None
         if ctx is None:
             return  # a stopped context: its calls are dropped, never served (WF-46)
-        call = _protocol.check_host_call(frame, self._state_of(ctx.id).invocations, len(ctx.host_tasks))
-        task = asyncio.create_task(self._serve_host_call(ctx, call))
+        try:
+            call = _protocol.check_host_call(frame, self._state_of(ctx.id).invocations, len(ctx.host_tasks))
+        except _protocol.Refused as e:
+            error = {"name": e.name, "message": e.message}
+            reply = {"op": "host_reply", "contextId": ctx.id, "callId": frame["callId"], "ok": False, "error": error}
+            task = asyncio.create_task(self.send(reply))
+        else:
+            task = asyncio.create_task(self._serve_host_call(ctx, call))
         ctx.host_tasks.add(task)
         task.add_done_callback(ctx.host_tasks.discard)
 

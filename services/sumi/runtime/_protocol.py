@@ -27,8 +27,11 @@ MAX_ERROR_TEXT = 4 * 1024  # an error's name or message; likewise
 MAX_NAMES = 1024  # handlers / workflow classes a Version may export
 MAX_IN_FLIGHT = 256  # host calls of one context awaiting the Host at once
 MAX_DELAY_SECONDS = 43_200
-MAX_SEND_MESSAGES = 100
-MAX_BODY_B64 = 4 * ((127_000 + 2) // 3)  # the queue's body limit, base64-encoded
+# Shape bounds, not the ABI's limits: a body over the queue's 127,000 bytes is the Host's
+# to refuse (HostError message_too_large); these only keep a frame's size sane, at the
+# sandbox's own cap on one call's arguments (4 MiB).
+MAX_SEND_MESSAGES = 10_000
+MAX_BODY_B64 = 4 * 1024 * 1024
 LOG_LEVELS = frozenset({"debug", "info", "warn", "error"})
 STOP_REASONS = frozenset({"threw", "cpu_limit", "heap_limit", "wall_limit", "stopped"})
 WORKFLOW_REASONS = frozenset({"run_threw", "step_failed", "step_definition_mismatch"})
@@ -43,6 +46,16 @@ REPLIES = {
     "stop_context": "stopped",
     "debug_eval": "debug_eval_result",  # test hooks only (JsRuntime(test_hooks=True))
 }
+
+
+class Refused(Exception):
+    """A well-formed host call the runtime answers with a Host error itself, without the Host:
+    honest code can make it (a batch object kept from an earlier invocation)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+        self.message = message
 
 
 class ProtocolError(ValueError):
@@ -116,12 +129,13 @@ def check_stopped(frame: Mapping[str, Any]) -> str:
 def _batch_call(required: set[str], optional: set[str]) -> Callable[[str, Any, Invocation, str], dict[str, Any]]:
     def check(method: str, args: Any, inv: Invocation, ctx: str) -> dict[str, Any]:
         args = _exact(args, required, optional, method, ctx)
-        if inv.batch_id is None or args["batchId"] != inv.batch_id:
-            raise ProtocolError(f"{method}: batch {args['batchId']!r} is not the one being handled", ctx)
+        _str(args["batchId"], f"{method}: batchId", 1024, ctx)
         if "messageId" in required:
-            _str(args["messageId"], f"{method}: messageId", 256, ctx)
+            _str(args["messageId"], f"{method}: messageId", 1024, ctx)
         if "delaySeconds" in args:
             _int(args["delaySeconds"], f"{method}: delaySeconds", 0, MAX_DELAY_SECONDS, ctx)
+        if args["batchId"] != inv.batch_id:
+            raise Refused("unknown_batch", f"{method}: not the batch being handled")
         return dict(args)
 
     return check
@@ -256,7 +270,9 @@ class HostCallFrame:
 
 
 def check_host_call(frame: Mapping[str, Any], invocations: Mapping[int, Invocation], in_flight: int) -> HostCallFrame:
-    """A host call of a context that is handling an invocation, with arguments the ABI allows."""
+    """A host call of a context that is handling an invocation, with arguments the ABI allows.
+
+    Raises ProtocolError (stop the context) or Refused (answer it with that Host error)."""
     ctx = context_of(frame)
     if ctx is None:
         raise ProtocolError("host_call without a context")
@@ -269,13 +285,13 @@ def check_host_call(frame: Mapping[str, Any], invocations: Mapping[int, Invocati
         raise ProtocolError(f"{method} called while no invocation runs (after the handler returned)", ctx)
     if in_flight >= MAX_IN_FLIGHT:
         raise ProtocolError(f"more than {MAX_IN_FLIGHT} host calls in flight", ctx)
-    errors: list[ProtocolError] = []
+    errors: list[Exception] = []
     for inv in invocations.values():  # one in practice; any running invocation may own the call
         try:
             return HostCallFrame(ctx, call_id, method, check(method, frame.get("args"), inv, ctx))
-        except ProtocolError as e:
+        except (ProtocolError, Refused) as e:
             errors.append(e)
-    raise errors[0]
+    raise next((e for e in errors if isinstance(e, ProtocolError)), errors[0])
 
 
 # ---- replies --------------------------------------------------------------------

@@ -104,7 +104,11 @@ class Wall:
             return list(command)
         if self.kind == "unshare":
             unshare = shutil.which("unshare") or "unshare"
-            return [unshare, *_UNSHARE_FLAGS, "--fork", "--kill-child", *command]
+            # A shell stays as the namespace's first process, with the command its child, as
+            # bwrap's reaper does: the first process of a PID namespace ignores signals it
+            # has no handler for, among them the CPU limit's SIGPROF/SIGXCPU.
+            reaper = [shutil.which("sh") or "/bin/sh", "-c", '"$@"; exit $?', "sh"]
+            return [unshare, *_UNSHARE_FLAGS, "--fork", "--kill-child", *reaper, *command]
         flags = _bwrap_flags([str(p) for p in ro if Path(p).exists()])
         for source, target in (binds or {}).items():
             flags += ["--ro-bind", source, target]
@@ -129,6 +133,18 @@ class Wall:
     def path(self, host_path: str, sandbox_path: str) -> str:
         """Where a bound directory appears inside the wall."""
         return sandbox_path if self.kind == "bwrap" else host_path
+
+
+def command_pid(outer: int) -> int:
+    """The wrapped command's own process: down the line of only children from the launcher
+    (bwrap puts a reaper first in the namespace; the command is its child)."""
+    pid = sandboxed_pid(outer)
+    while pid:
+        child = sandboxed_pid(pid)
+        if not child:
+            return pid
+        pid = child
+    return 0
 
 
 def sandboxed_pid(outer: int) -> int:

@@ -61,18 +61,22 @@ def py_queue(body: str) -> str:
 
 
 _DOC_RUNNER = """
-import { checkDocument } from %s;
+import { makeDocumentChecker } from %s;
+import { types } from 'node:util';
+const checkDocument = makeDocumentChecker({ isProxy: types.isProxy });
+// Cases may patch the realm's intrinsics: what the runner needs is captured first.
+const stringify = JSON.stringify;
+const define = Object.defineProperty;
 const cases = JSON.parse(process.argv[1]);
 const out = [];
 for (const src of cases) {
   globalThis.sideEffects = 0;
   const value = new Function(src)();
   const r = checkDocument(value);
-  out.push({ ok: r.ok, code: r.code ?? null, size: r.size ?? null,
-             canonical: r.ok && r.canonical.length < 4096 ? r.canonical : null,
-             sideEffects: globalThis.sideEffects });
+  define(out, out.length, { enumerable: true, value: { ok: r.ok, code: r.code ?? null, size: r.size ?? null,
+    canonical: r.ok && r.canonical.length < 4096 ? r.canonical : null, sideEffects: globalThis.sideEffects } });
 }
-process.stdout.write(JSON.stringify(out));
+process.stdout.write(stringify(out));
 """
 
 

@@ -280,3 +280,29 @@ await asyncio.sleep(0.03)""",
     assert len(host.calls) == seen
     assert (await ctx.invoke_queue(batch(), ENV)).ok  # and serves the next batch
     await ctx.stop()
+
+
+async def test_a_batch_kept_from_an_earlier_invocation_is_refused(kit: Kit) -> None:  # QC-25
+    host = Host()
+    modules, main = kit.modules(
+        "let old = null;\n"
+        + js_queue("""
+      if (old) {
+        try { await old.acknowledge('m1'); } catch (e) { await batch.retryAll(e.name === 'unknown_batch' ? 1 : 2); }
+      }
+      old = batch;"""),
+        "old = None\n"
+        + py_queue("""
+global old
+if old is not None:
+    try:
+        await old.acknowledge("m1")
+    except Exception as e:
+        await batch.retry_all(1 if getattr(e, "name", "") == "unknown_batch" else 2)
+old = batch"""),
+    )
+    ctx = await kit.rt.start_context(modules, main, host_call=host)
+    assert (await ctx.invoke_queue(batch(batch_id="b1"), ENV)).ok
+    assert (await ctx.invoke_queue(batch(batch_id="b2"), ENV)).ok
+    await ctx.stop()
+    assert host.calls == [("batch.retryAll", {"batchId": "b2", "delaySeconds": 1})]  # the Host never saw b1's

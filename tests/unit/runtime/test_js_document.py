@@ -102,3 +102,32 @@ def test_canonical_form_matches_rfc8785() -> None:  # DOC-1
         parsed = json.loads(r["canonical"])
         assert rfc8785.dumps(parsed).decode("utf-8") == r["canonical"]
         assert r["size"] == len(r["canonical"].encode("utf-8"))
+
+
+def test_proxies_are_refused() -> None:  # DOC-1, DOC-4
+    # A Proxy root could report 1 key when counted and 5,000 when serialised.
+    proxy_root = (
+        "let n = 0; return new Proxy({}, { ownKeys() { n++; globalThis.sideEffects++;"
+        " return n === 1 ? ['a'] : Array.from({length: 5000}, (_, i) => 'k' + i); } })"
+    )
+    nested = "return {a: new Proxy({}, {})}"
+    r = check_documents(proxy_root, nested)
+    assert [x["code"] for x in r] == ["invalid_params", "invalid_params"]
+    assert r[0]["sideEffects"] == 0  # refused before any trap ran
+
+
+def test_patched_intrinsics_do_not_fool_the_checks() -> None:  # DOC-1, DOC-6
+    patch = (
+        "JSON.stringify = () => '1'; String.prototype.charCodeAt = () => 65; Array.prototype.sort = function () {"
+        " return this; }; Array.prototype.join = () => ''; RegExp.prototype.test = () => false;"
+        " Object.defineProperty(Array.prototype, '0', { set() {}, configurable: true });"
+        " Object.defineProperty(Object.prototype, 'code', { set() {}, configurable: true });"
+    )
+    big = f"{patch} return {{a: 'é'.repeat({MIB // 2})}}"  # 2 bytes each: over the limit
+    ordered = f"{patch} return {{b: 1, a: '\\ud800'}}"
+    plain = f"{patch} return {{b: 1, a: [2, 'x']}}"
+    r = check_documents(big, ordered, plain)
+    # each case patches the realm again; the checker captured its intrinsics when it loaded
+    assert r[0]["code"] == "document_too_large"
+    assert r[1]["code"] == "invalid_params"  # the lone surrogate is still seen
+    assert r[2]["canonical"] == '{"a":[2,"x"],"b":1}'

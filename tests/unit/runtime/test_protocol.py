@@ -11,7 +11,7 @@ import pytest
 from runtime_testkit import ENV, Host, batch, js, js_queue, py, py_queue
 
 from sumi.runtime import JsRuntime, Limits, PyRuntime
-from sumi.runtime._protocol import Invocation, ProtocolError, check_host_call, check_log, check_reply
+from sumi.runtime._protocol import Invocation, ProtocolError, Refused, check_host_call, check_log, check_reply
 
 INV = {1: Invocation("batch-1", frozenset({"OUT"}))}
 
@@ -27,7 +27,6 @@ def call(method: str, args: object, call_id: object = 1) -> dict[str, object]:
         call("batch.retry", {"batchId": "batch-1", "messageId": "m1", "delaySeconds": 1.5}),
         call("batch.retry", {"batchId": "batch-1", "messageId": "m1", "delaySeconds": True}),
         call("batch.retryAll", {"batchId": "batch-1", "delaySeconds": 43201}),
-        call("batch.acknowledge", {"batchId": "another-batch", "messageId": "m1"}),  # not this invocation's
         call("batch.acknowledge", {"batchId": "batch-1", "messageId": 7}),
         call("batch.acknowledge", {"batchId": "batch-1", "messageId": "m1", "extra": 1}),
         call("batch.acknowledgeAll", ["batch-1"]),
@@ -45,6 +44,12 @@ def test_host_calls_outside_the_abi_are_protocol_errors(frame: dict[str, object]
     with pytest.raises(ProtocolError) as e:
         check_host_call(frame, INV, 0)
     assert e.value.context_id == "c1"
+
+
+def test_a_call_on_another_batch_is_refused_without_the_host() -> None:  # QC-25
+    with pytest.raises(Refused) as e:  # honest code can keep an earlier invocation's batch
+        check_host_call(call("batch.acknowledge", {"batchId": "another-batch", "messageId": "m1"}), INV, 0)
+    assert e.value.name == "unknown_batch"
 
 
 def test_host_calls_need_a_running_invocation_and_room() -> None:  # WF-46

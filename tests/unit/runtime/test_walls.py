@@ -234,3 +234,21 @@ async def test_python_stop_is_physical_behind_the_wall() -> None:  # WF-26, WF-4
     assert len(host.calls) == seen
     assert (await invocation).reason == "stopped"
     await rt.close()
+
+
+@pytest.mark.parametrize("walls", ["bwrap", "unshare", "none"])
+async def test_python_limits_hold_behind_every_wall(walls: str) -> None:  # QC-32
+    if walls != "none" and HAVE != "bwrap" and (walls == "bwrap" or HAVE == "none"):
+        pytest.skip(f"{walls} walls unavailable here (best: {HAVE})")
+    rt = PyRuntime(walls=walls, allow_unwalled=True)
+    try:
+        for body, reason in (
+            ("sum(range(10**12))", "cpu_limit"),
+            ("x = []\nwhile True:\n    x.append(b' ' * (1 << 20))", "heap_limit"),
+        ):
+            ctx = await rt.start_context(py(py_queue(body)), "worker.py", Limits(cpu_ms=500, heap_mb=64))
+            result = await asyncio.wait_for(ctx.invoke_queue(batch(), ENV), 20)
+            await ctx.stop()
+            assert (result.ok, result.reason) == (False, reason)
+    finally:
+        await rt.close()
