@@ -77,6 +77,7 @@ class Engine:
         self.instances: dict[str, Instance] = {}
         self.runs: dict[str, ContextRun] = {}
         self.control = WorkflowControl()
+        self.quarantine = kafka.Quarantine(settings, "workflow-engine")
         self.bindings = Bindings(self)
         self.spares = Spares(self)
         self.due: list[tuple[int, str]] = []
@@ -155,7 +156,23 @@ class Engine:
     def command(self, message: Any) -> None:
         tp = TopicPartition(message.topic, message.partition)
         self.read[tp] = message.offset + 1
-        rec = self._decoded(message)
+        rec = kafka.decode(message.value)
+        if isinstance(rec, kafka.Rejected):
+            self._quarantine(message, rec)
+            return
+        try:
+            self._command(message, tp, rec)
+        except Exception as exc:  # a command this engine cannot handle must not stop every workflow
+            log.exception("workflow engine could not handle %s[%d]@%d", tp.topic, tp.partition, message.offset)
+            self._quarantine(message, kafka.failed(exc))
+
+    def _quarantine(self, message: Any, why: kafka.Rejected) -> None:
+        """Set a command aside; the group's offset moves past it only once this has committed."""
+        out = self.quarantine.out(message, why)
+        assert self.outbox is not None
+        self.last_put = self.outbox.put([(out.topic, out.key, out.record)])
+
+    def _command(self, message: Any, tp: TopicPartition, rec: r.Record) -> None:
         if not isinstance(rec, r.CommandSubmitted) or rec.commandId in self.decided:
             return
         caller = d.Caller(rec.commandId, rec.space, rec.principal, rec.kind)
@@ -381,31 +398,16 @@ class Engine:
         return consumer, await kafka.partitions(consumer, topic)
 
     def _fold_log(self, m: Any, before_end: bool = True) -> None:
-        record = self._decoded(m)
-        if record is not None:
-            self.fold(m.key.decode() if m.key else "", record)
+        key = m.key.decode() if m.key else ""
+        kafka.fold_or_skip("workflow-engine", m, lambda record: self.fold(key, record))
 
     def _fold_control(self, m: Any, before_end: bool = True) -> None:
-        record = self._decoded(m)
-        if record is None:
-            return
-        try:
-            self.control.fold(record)
-        except Exception:  # one record the fold cannot take must not stop every workflow
-            log.exception("skipping %s[%d]@%d: folding it failed", m.topic, m.partition, m.offset)
+        kafka.fold_or_skip("workflow-engine", m, self.control.fold)
 
     def _control_changed(self) -> None:
         self.runnable |= self.blocked  # a Version may have become usable
         self.blocked.clear()
         self.wake.set()
-
-    @staticmethod
-    def _decoded(m: Any) -> Any:
-        record = kafka.decode(m.value)
-        if isinstance(record, kafka.Rejected):  # not ours: the projections quarantine and count it
-            log.warning("skipping %s[%d]@%d: %s", m.topic, m.partition, m.offset, record.detail)
-            return None
-        return record
 
     async def _commit_offsets(self, consumer: AIOKafkaConsumer) -> None:
         """The group's offsets, committed after the decisions they cover (in order, so the last
