@@ -12,6 +12,7 @@ WORKER = FORMS + "ModuleWorker/0.3.0/"
 VERSION = FORMS + "WorkerVersion/0.5.0/"
 DEPLOYMENT = FORMS + "WorkerDeployment/0.4.0/"
 CONSUMER = FORMS + "QueueConsumer/0.3.0/"
+WORKFLOW = FORMS + "DurableWorkflow/0.3.0/"
 PROBLEM = "application/problem+json"
 
 

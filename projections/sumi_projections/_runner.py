@@ -101,10 +101,11 @@ class ProjectionRunner:
                     consumer.seek(tp, stored[tp.partition])
                 else:
                     await consumer.seek_to_beginning(tp)
-            while until is None or not await self._reached(consumer, tps, until):
-                batch = await consumer.getmany(timeout_ms=200, max_records=1000)
-                if until is not None:
-                    batch = {tp: [m for m in ms if m.offset < until.get(tp.partition, 0)] for tp, ms in batch.items()}
+            target = None if until is None else {tp: until.get(tp.partition, 0) for tp in tps}
+            async for polled in kafka.batches(consumer, target, max_records=1000):
+                batch = polled
+                if target is not None:
+                    batch = {tp: [m for m in ms if m.offset < target[tp]] for tp, ms in polled.items()}
                     batch = {tp: ms for tp, ms in batch.items() if ms}
                 if batch:
                     await self._apply_batch(conn, batch, sink)
@@ -137,10 +138,6 @@ class ProjectionRunner:
             "ON CONFLICT (projection) DO UPDATE SET caught_up_at = now()",
             (self.name,),
         )
-
-    @staticmethod
-    async def _reached(consumer: AIOKafkaConsumer, tps: list[TopicPartition], until: dict[int, int]) -> bool:
-        return not await kafka.behind(consumer, {tp: until.get(tp.partition, 0) for tp in tps})
 
     async def _stored_offsets(self, conn: psycopg.AsyncConnection[Any]) -> dict[int, int]:
         rows = await (

@@ -86,8 +86,7 @@ class Supervisor:
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.procs[name]
         proc.send_signal(sig)
-        proc.wait()
-        _kill_group(proc)
+        _stop_all([proc], PROCESSORS_GRACE, signalled=True)
 
     def hold(self, name: str) -> None:
         """Stop a service and keep it down until `release` (an outage, for tests and operators)."""
@@ -127,9 +126,10 @@ class Supervisor:
         _stop_all([p for n, p in self.procs.items() if n != "gateway"], PROCESSORS_GRACE)
 
 
-def _stop_all(procs: list["subprocess.Popen[bytes]"], grace: float) -> None:
+def _stop_all(procs: list["subprocess.Popen[bytes]"], grace: float, signalled: bool = False) -> None:
+    """SIGTERM each (unless `signalled` already), SIGKILL what has not exited within `grace`."""
     for proc in procs:
-        if proc.poll() is None:
+        if proc.poll() is None and not signalled:
             proc.terminate()
     deadline = time.monotonic() + grace
     for proc in procs:

@@ -4,6 +4,11 @@ For each runtime: context start latency, host-call round trip, host calls per
 second. The floor is a plain `node -e` / `python -c` doing the same work in
 one process: module evaluation for start, an awaited async call for a round
 trip. The ratio says what isolation and the stdio protocol cost.
+
+Then the workflow side of the runtime alone (a Host that answers at once): one
+live step.do round trip, an always-replay execution (10 completed steps replayed
+plus one live step, context start and stop included), and whole executions per
+second at concurrency 20 (each workflow execution needs a fresh context, WF-32).
 """
 
 from __future__ import annotations
@@ -16,7 +21,16 @@ import sys
 import time
 from typing import Any
 
-from sumi.runtime import EnvSpec, JsRuntime, Module, PyRuntime, QueueBatch, QueueMessage
+from sumi.runtime import (
+    EnvSpec,
+    JsRuntime,
+    Module,
+    PyRuntime,
+    QueueBatch,
+    QueueMessage,
+    StepRecord,
+    WorkflowInvocation,
+)
 
 STARTS = {"js": 40, "py": 15}
 ROUND_TRIPS = 400
@@ -38,6 +52,25 @@ async def queue(batch, env, ctx):
             await batch.acknowledge("m1")
     else:
         await asyncio.gather(*(batch.acknowledge("m1") for _ in range(n)))
+"""
+WF_STEPS = 200
+WF_REPLAYS = 20
+WF_CONCURRENT = 20
+JS_WORKFLOW = """
+export class W {
+  async run(event, step) {
+    for (let i = 0; i < event.params.n; i++) await step.do('s' + i, async () => ({ i }));
+  }
+}
+"""
+PY_WORKFLOW = """
+class W:
+    def __init__(self, env):
+        pass
+
+    async def run(self, event, step):
+        for i in range(event["params"]["n"]):
+            await step.do(f"s{i}", lambda: {"i": i})
 """
 JS_FLOOR = """
 const host = async () => undefined;
@@ -101,6 +134,44 @@ async def measure(runtime: Any, modules: list[Module], main: str, starts: int) -
     return {"starts": start_ms, "rtts": rtts, "throughput": throughput}
 
 
+async def measure_workflow(runtime: Any, modules: list[Module], main: str) -> dict[str, Any]:
+    await runtime.start()
+
+    async def host_call(context_id: str, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"action": "resolve"}
+
+    async def execution(inv: WorkflowInvocation) -> None:
+        ctx = await runtime.start_context(modules, main, host_call=host_call)
+        outcome = await ctx.invoke_workflow(inv, EnvSpec(), host_call)
+        await ctx.stop()
+        assert outcome.kind == "complete", outcome
+
+    ctx = await runtime.start_context(modules, main, host_call=host_call)
+    t = time.perf_counter()
+    await ctx.invoke_workflow(WorkflowInvocation("W", "i", {"n": WF_STEPS}), EnvSpec(), host_call)
+    step_ms = (time.perf_counter() - t) * 1000 / WF_STEPS
+    await ctx.stop()
+    history = {f"s{i}": StepRecord(f"s{i}", "do", True, {"i": i}) for i in range(10)}
+    replay_ms = []
+    for _ in range(WF_REPLAYS):
+        t = time.perf_counter()
+        await execution(WorkflowInvocation("W", "i", {"n": 11}, history))
+        replay_ms.append((time.perf_counter() - t) * 1000)
+    t = time.perf_counter()
+    await asyncio.gather(*(execution(WorkflowInvocation("W", "i", {"n": 1})) for _ in range(WF_CONCURRENT)))
+    contexts_per_s = WF_CONCURRENT / (time.perf_counter() - t)
+    await runtime.close()
+    return {"step_ms": step_ms, "replay_ms": replay_ms, "contexts_per_s": contexts_per_s}
+
+
+def report_workflow(name: str, got: dict[str, Any]) -> None:
+    print(f"\n{name}: workflow executions (a Host that answers at once)")
+    print(f"  {'live step.do round trip (ms)':<44}{got['step_ms']:>10.3f}")
+    print(f"  {'replay 10 + 1 live, start..stop p50 (ms)':<44}{pct(got['replay_ms'], 50):>10.1f}")
+    print(f"  {'replay 10 + 1 live, start..stop p99 (ms)':<44}{pct(got['replay_ms'], 99):>10.1f}")
+    print(f"  {f'executions / s at concurrency {WF_CONCURRENT}':<44}{got['contexts_per_s']:>10.1f}")
+
+
 def floor(argv: list[str], script: str, starts: int) -> dict[str, Any]:
     code = script % {"starts": starts, "rtts": ROUND_TRIPS, "calls": THROUGHPUT_CALLS}
     out = json.loads(subprocess.run([*argv, code], capture_output=True, text=True, check=True, timeout=60).stdout)
@@ -132,6 +203,8 @@ async def main() -> None:
     py = await measure(PyRuntime(), [Module("w.py", PY_WORKER)], "w.py", STARTS["py"])
     report("python (child process per context)", py, floor([sys.executable, "-c"], PY_FLOOR, STARTS["py"]))
     print("\nratio: runtime/floor for latencies, floor/runtime for throughput (higher = slower)")
+    report_workflow("javascript", await measure_workflow(JsRuntime(), [Module("w.js", JS_WORKFLOW)], "w.js"))
+    report_workflow("python", await measure_workflow(PyRuntime(), [Module("w.py", PY_WORKFLOW)], "w.py"))
 
 
 if __name__ == "__main__":

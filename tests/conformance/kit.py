@@ -123,7 +123,10 @@ class Api:
         bindings: dict[str, str] | None = None,
         vars: dict[str, str] | None = None,
         runtime: str = "javascript",
+        workflow_bindings: dict[str, str] | None = None,
+        wait: bool = True,
     ) -> str:
+        """A WorkerVersion; with `wait`, verified (its create succeeded), else still verifying."""
         main = "worker.js" if runtime == "javascript" else "worker.py"
         spec: dict[str, Any] = {
             "worker": {"resourceUid": worker},
@@ -134,7 +137,16 @@ class Api:
             spec["queueBindings"] = [{"name": n, "queue": {"resourceUid": q}} for n, q in bindings.items()]
         if vars:
             spec["vars"] = vars
-        return await self.create(f"v-{uuid.uuid4().hex[:8]}", VERSION, spec)
+        if workflow_bindings:
+            spec["workflowBindings"] = [
+                {"name": n, "resource": {"resourceUid": w}} for n, w in workflow_bindings.items()
+            ]
+        name = f"v-{uuid.uuid4().hex[:8]}"
+        if wait:
+            return await self.create(name, VERSION, spec)
+        r = await self.post(name, VERSION, spec)
+        assert r.status_code == 202, r.text
+        return r.json()["resourceUid"]  # type: ignore[no-any-return]
 
     def consumer_spec(self, queue: str, worker: str, **over: Any) -> dict[str, Any]:
         spec: dict[str, Any] = {

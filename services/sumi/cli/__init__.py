@@ -66,6 +66,7 @@ SERVICE_ENTRIES = {
     "gateway": "sumi.gateway",
     "verifier": "sumi.verifier",
     "queue": "sumi.queue.engine",
+    "workflow": "sumi.workflow.engine",
 }
 
 
@@ -82,7 +83,11 @@ def _serve(service: str) -> int:
 
         from sumi.gateway import create_app
 
-        # uvicorn stops gracefully on SIGINT and SIGTERM; a closed terminal (SIGHUP) means the same.
+        # While it serves, uvicorn stops gracefully on SIGINT and SIGTERM, then raises the signal again
+        # with the handler it found: this one, so a stop exits 0 (before it serves, at once). A closed
+        # terminal (SIGHUP) means the same as SIGTERM.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _exit_quietly)
         signal.signal(signal.SIGHUP, lambda s, f: signal.raise_signal(signal.SIGTERM))
         uvicorn.run(create_app(settings), host=settings.http_host, port=settings.http_port, log_level="warning")
         return 0
@@ -94,6 +99,10 @@ def _serve(service: str) -> int:
 
     asyncio.run(run_until_stopped(run()))
     return 0
+
+
+def _exit_quietly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _bootstrap_only() -> int:

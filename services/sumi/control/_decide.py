@@ -13,7 +13,8 @@ from typing import Any
 
 from sumi.control.forms import FORMS
 from sumi.control.forms._base import NAME_RE
-from sumi.control.forms.names import MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
+from sumi.control.forms.durable_workflow import observations as workflow_observations
+from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
 from sumi.control.forms.worker_deployment import active_deployment
 from sumi.control.forms.worker_version import worker_of
 from sumi.control.state import ControlState, SpaceState, evolve
@@ -42,6 +43,7 @@ def decide(state: ControlState, cmd: r.CommandSubmitted, now: int) -> Decision:
         return _reject(cmd, now, problem)
     if cmd.kind.startswith(("resource.", "operation.")) and cmd.space in state.spaces:
         decision.events = _observe_workers(state.space(cmd.space), decision.events, now)
+        decision.events = _observe_workflows(state.space(cmd.space), decision.events, now)
     return decision
 
 
@@ -414,11 +416,26 @@ def _observe_workers(space: SpaceState, events: list[Any], now: int) -> list[Any
         }
         if dict(worker.observed) != observed:
             observations.append(r.ResourceObserved(uid, space.name, canonical(observed), now))
+    return _with_observations(events, observations)
+
+
+def _with_observations(events: list[Any], observations: list[Any]) -> list[Any]:
     if not observations:
         return events
     # Right after the last Resource record: before the Operation is seen to end (read your writes).
     last = max(i for i, e in enumerate(events) if isinstance(e, _RESOURCE_EVENTS))
     return events[: last + 1] + observations + events[last + 1 :]
+
+
+def _observe_workflows(space: SpaceState, events: list[Any], now: int) -> list[Any]:
+    """DurableWorkflow observed (WF-9): `ready` follows the worker's allocation in force."""
+    touched = {e.uid for e in events if isinstance(e, _RESOURCE_EVENTS)}
+    created = any(isinstance(e, r.ResourceCreated) and e.form == DURABLE_WORKFLOW for e in events)
+    if not touched or not (created or any(v.form == DURABLE_WORKFLOW for v in space.resources.values())):
+        return events
+    after = _after(space, events)
+    found = workflow_observations(after, touched, now)
+    return _with_observations(events, [r.ResourceObserved(uid, space.name, canonical(o), now) for uid, o in found])
 
 
 def _resource_observe(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
@@ -427,7 +444,8 @@ def _resource_observe(state: ControlState, cmd: r.CommandSubmitted, args: dict[s
     resource = space.resources.get(args["uid"])
     if resource is None or dict(resource.observed) == args["observed"]:
         return Decision()
-    return Decision([r.ResourceObserved(resource.uid, space.name, canonical(args["observed"]), now)])
+    observed = FORMS[resource.form].reported(space, resource, args["observed"], now)
+    return Decision([r.ResourceObserved(resource.uid, space.name, canonical(observed), now)])
 
 
 _RESOURCE_EVENTS = (r.ResourceCreated, r.ResourceUpdated, r.ResourceStateChanged, r.ResourceObserved, r.ResourceDeleted)

@@ -6,12 +6,14 @@ reads and writes its topics through this module; none of them calls aiokafka's p
 - `new_consumer` / `new_producer`: read_committed, no auto-commit, idempotent, sized so that a
   quarantined record (the bad bytes plus a few fields) always fits.
 - `partitions`: a topic's partitions, waiting out the metadata of a just-created topic.
-- `read_to_end`: the one catch-up loop. Assign partitions, read them from the beginning up to
-  the end offsets found on entry (read_committed: the last stable offsets), hand over each
-  record with whether it lay before those ends. State rebuilt by folding a changelog is
-  rebuilt per partition, so N replicas of a processor, each given some partitions by its
-  consumer group, each fold only theirs.
-- `follow`: the one loop after it: keep reading, hand over each record.
+- `batches`: the one read loop (every other reading is built on it): polled batches, forever
+  or up to given offsets.
+- `read_to_end`: catch up. Assign partitions, read them from the beginning up to the end
+  offsets found on entry (read_committed: the last stable offsets), hand over each record
+  with whether it lay before those ends. State rebuilt by folding a changelog is rebuilt per
+  partition, so N replicas of a processor, each given some partitions by its consumer group,
+  each fold only theirs.
+- `follow`: after it, keep reading and hand over each record.
 - `send` / `commit`: records (and, for a transactional processor, its input offsets) in one
   Kafka transaction, so outputs, quarantined records and progress commit together or not at all.
 - `decode` / `quarantined`: the pure decision about a consumed record. Anything that is not a
@@ -25,7 +27,7 @@ reads and writes its topics through this module; none of them calls aiokafka's p
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +40,6 @@ from sumi.core.topics import QUARANTINE_RECORD_BYTES, partition_for
 
 log = logging.getLogger(__name__)
 
-Batch = Mapping[TopicPartition, list[Any]]
 
 # The one reason a record that decodes can still be set aside: its processor raised on it.
 APPLY_FAILED = "apply_failed"
@@ -191,13 +192,26 @@ async def behind(consumer: AIOKafkaConsumer, ends: Mapping[TopicPartition, int])
     return False
 
 
+async def batches(
+    consumer: AIOKafkaConsumer,
+    until: Mapping[TopicPartition, int] | None = None,
+    timeout_ms: int = 200,
+    max_records: int = 5000,
+) -> AsyncIterator[dict[TopicPartition, list[Any]]]:
+    """The one read loop: every polled batch (empty when nothing came within `timeout_ms`),
+    forever, or until each partition's position has reached `until`. A batch may run past
+    `until` (a fetch returns what it returns): the caller decides what those records mean."""
+    while until is None or await behind(consumer, until):
+        yield await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+
+
 async def read_to_end(
     consumer: AIOKafkaConsumer,
     tps: list[TopicPartition],
     on_message: Callable[[Any, bool], None],
     max_records: int = 5000,
 ) -> dict[TopicPartition, int]:
-    """The one catch-up loop: `tps` from the beginning up to the end offsets found on entry.
+    """Catch up: `tps` from the beginning up to the end offsets found on entry.
 
     `on_message(message, before_end)` sees every record read, in order per partition; records
     past an end (written meanwhile) come with `before_end` False. Returns the ends."""
@@ -205,8 +219,8 @@ async def read_to_end(
     if tps:
         await consumer.seek_to_beginning(*tps)
     ends: dict[TopicPartition, int] = await consumer.end_offsets(tps) if tps else {}
-    while await behind(consumer, ends):
-        for tp, messages in (await consumer.getmany(timeout_ms=200, max_records=max_records)).items():
+    async for batch in batches(consumer, ends, max_records=max_records):
+        for tp, messages in batch.items():
             end = ends[tp]
             for m in messages:
                 on_message(m, m.offset < end)
@@ -219,9 +233,8 @@ async def follow(
     after_batch: Callable[[], None] | None = None,
     max_records: int = 5000,
 ) -> None:
-    """The one follow loop: hand over every record read from here on, forever."""
-    while True:
-        batch = await consumer.getmany(timeout_ms=200, max_records=max_records)
+    """Follow: hand over every record read from here on, forever."""
+    async for batch in batches(consumer, max_records=max_records):
         for messages in batch.values():
             for m in messages:
                 on_message(m)
@@ -238,6 +251,11 @@ async def follow(
 
 async def _refresh_metadata(consumer: AIOKafkaConsumer) -> None:
     await consumer._client.force_metadata_update()
+
+
+async def reachable(producer: AIOKafkaProducer) -> None:
+    """Raises unless a broker answers a metadata request now (the gateway's readiness)."""
+    await producer.client.fetch_all_metadata()
 
 
 # aiokafka retries an AddPartitionsToTxn that the broker refuses with CONCURRENT_TRANSACTIONS

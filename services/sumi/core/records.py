@@ -221,6 +221,116 @@ class QueuePurged:
     at: int
 
 
+# ---- the workflow instance log (<prefix>.workflow, key <workflowUid>/<instanceId>) ----------------
+# Documents (params, results, payloads, output) travel as canonical JSON strings; null = absent (DOC-5).
+
+
+@dataclass(frozen=True)
+class InstanceCreated:
+    workflowUid: str
+    instanceId: str
+    space: str
+    createdAt: int
+    params: str | None = None
+    principal: str | None = None
+
+
+@dataclass(frozen=True)
+class InstanceContextStarted:
+    workflowUid: str
+    instanceId: str
+    ownerToken: str
+    versionUid: str
+    context: int
+    at: int
+
+
+@dataclass(frozen=True)
+class StepAttemptCommitted:
+    workflowUid: str
+    instanceId: str
+    name: str
+    kind: str  # do | sleep | wait
+    attempt: int
+    ok: bool
+    final: bool
+    at: int
+    result: str | None = None
+    errorName: str | None = None
+    errorMessage: str | None = None
+    config: str | None = None
+    eventSequence: int | None = None
+    ownerToken: str | None = None  # None: committed by the engine's timer (a sleep or wait deadline)
+
+
+@dataclass(frozen=True)
+class SleepScheduled:
+    workflowUid: str
+    instanceId: str
+    name: str
+    deadline: int
+    ownerToken: str
+    at: int
+
+
+@dataclass(frozen=True)
+class WaitScheduled:
+    workflowUid: str
+    instanceId: str
+    name: str
+    eventType: str
+    deadline: int
+    ownerToken: str
+    at: int
+
+
+@dataclass(frozen=True)
+class RetryScheduled:
+    workflowUid: str
+    instanceId: str
+    name: str
+    attempt: int
+    due: int
+    ownerToken: str
+    at: int
+
+
+@dataclass(frozen=True)
+class EventAccepted:
+    workflowUid: str
+    instanceId: str
+    sequence: int
+    type: str
+    size: int
+    at: int
+    payload: str | None = None
+
+
+@dataclass(frozen=True)
+class InstanceStatusChanged:
+    workflowUid: str
+    instanceId: str
+    status: str
+    at: int
+    output: str | None = None
+    errorReason: str | None = None
+    errorMessage: str | None = None
+
+
+@dataclass(frozen=True)
+class InstancePurged:
+    workflowUid: str
+    instanceId: str
+    at: int
+
+
+@dataclass(frozen=True)
+class InstancesPurged:
+    workflowUid: str
+    at: int
+    operationId: str | None = None
+
+
 @dataclass(frozen=True)
 class RecordQuarantined:
     processor: str
@@ -256,6 +366,16 @@ Record = (
     | MessageDiscarded
     | BatchEnded
     | QueuePurged
+    | InstanceCreated
+    | InstanceContextStarted
+    | StepAttemptCommitted
+    | SleepScheduled
+    | WaitScheduled
+    | RetryScheduled
+    | EventAccepted
+    | InstanceStatusChanged
+    | InstancePurged
+    | InstancesPurged
     | RecordQuarantined
 )
 
@@ -283,6 +403,16 @@ RECORD_TYPES: dict[str, type] = {
         MessageDiscarded,
         BatchEnded,
         QueuePurged,
+        InstanceCreated,
+        InstanceContextStarted,
+        StepAttemptCommitted,
+        SleepScheduled,
+        WaitScheduled,
+        RetryScheduled,
+        EventAccepted,
+        InstanceStatusChanged,
+        InstancePurged,
+        InstancesPurged,
         RecordQuarantined,
     )
 }

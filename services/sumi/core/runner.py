@@ -74,9 +74,8 @@ class TransactionalRunner:
         await consumer.start()
         try:
             consumer.subscribe([self.input_topic], listener=_Rebuild(self))
-            while True:
-                epoch = self.epoch
-                batch = await consumer.getmany(timeout_ms=500, max_records=500)
+            epoch = self.epoch
+            async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
                 if self.failed is not None:
                     raise RuntimeError("rebuilding state failed") from self.failed
                 # aiokafka may hand out records fetched while the listener was still folding;
@@ -87,6 +86,7 @@ class TransactionalRunner:
                             consumer.seek(tp, messages[0].offset)
                 elif batch:
                     await self._process(producer, batch)
+                epoch = self.epoch  # for the next poll
         finally:
             await consumer.stop()
             await producer.stop()

@@ -33,9 +33,23 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         ),
         TopicSpec(settings.topic("control"), {**forever, **large}),
         TopicSpec(settings.topic("queue"), forever),
+        # Workflow commands (create/event/terminate) keyed by instance key, like the instance log,
+        # so the engine owning a partition of one owns the same partition of the other.
+        TopicSpec(
+            settings.topic("workflow.commands"),
+            {"cleanup.policy": "delete", "retention.ms": str(7 * 86400_000), **large},
+        ),
+        # The instance log is the workflow engine's changelog: kept forever; retention (WF-47)
+        # is an InstancePurged record, not a broker setting.
+        TopicSpec(settings.topic("workflow"), {**forever, **large}),
         # The dead letters of the processors themselves: what they could not decode or apply.
         TopicSpec(settings.topic("quarantine"), {**forever, "max.message.bytes": str(QUARANTINE_RECORD_BYTES)}),
     ]
+
+
+def instance_key(workflow_uid: str, instance_id: str) -> str:
+    """The key of an instance on both workflow topics: one owner decides each instance."""
+    return f"{workflow_uid}/{instance_id}"
 
 
 def partition_for(key: str, partitions: int) -> int:

@@ -21,7 +21,7 @@ from sumi.core.problems import Problem
 from sumi.core.records import CommandSubmitted
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller
-from sumi.gateway._backend import backend
+from sumi.gateway._backend import Backend, Row, backend
 from sumi.gateway._json import canonical
 from sumi.gateway._poll import poll
 from sumi.gateway._problems import stored_problem_response
@@ -63,19 +63,25 @@ def command_record(command: Command, caller: Caller, command_id: str) -> Command
 
 async def decide(request: Request, caller: Caller, command: Command) -> Decision:
     """Append the command, then wait for its decision."""
-    db = backend(request)
-    command_id = new_ulid()
+    record = command_record(command, caller, new_ulid())
+    return await request_reply(backend(request), "commands", command.key, record)
+
+
+async def request_reply(db: Backend, topic: str, key: str, record: CommandSubmitted) -> Decision:
+    """Append a command to `topic` under `key` and wait for the decision its processor
+    writes to the `decisions` table (the control processor, the workflow engine)."""
     started, timeout = time.monotonic(), db.settings.decision_timeout
     # One budget for append and decision: a broker that cannot take the command in time
     # is answered like a processor that cannot decide it in time.
-    await asyncio.wait_for(
-        db.send(db.settings.topic("commands"), command.key, encode(command_record(command, caller, command_id))),
-        timeout,
-    )
+    await asyncio.wait_for(db.send(db.settings.topic(topic), key, encode(record)), timeout)
     remaining = max(timeout - (time.monotonic() - started), 0.0)
-    row = await poll(lambda: reads.decision(db, command_id), remaining)
+    row = await poll(lambda: reads.decision(db, record.commandId), remaining)
     if row is None:
         raise Problem("backend_unavailable", "no decision in time; retry with the same Idempotency-Key")
+    return as_decision(row)
+
+
+def as_decision(row: Row) -> Decision:
     return Decision(row["accepted"], row["status"], row["operation_id"], row["problem"], row["result"])
 
 

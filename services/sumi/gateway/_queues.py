@@ -18,6 +18,7 @@ from sumi.control.forms.names import QUEUE
 from sumi.core.codec import encode
 from sumi.core.problems import Problem
 from sumi.core.records import MessageAccepted
+from sumi.core.times import rfc3339
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller, authorize
 from sumi.gateway._backend import Backend, Row, backend
@@ -26,7 +27,6 @@ from sumi.gateway._poll import poll
 from sumi.gateway._query import bool_param, choice_param, int_param
 from sumi.gateway._queue_input import Outgoing, message_ids, parse_messages
 from sumi.gateway._routing import route
-from sumi.gateway._views import rfc3339
 
 log = logging.getLogger("sumi.gateway")
 

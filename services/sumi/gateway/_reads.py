@@ -61,7 +61,7 @@ async def spaces(db: Backend, principal: str | None) -> list[Row]:
 
 
 async def decision(db: Backend, command_id: str) -> Row | None:
-    """The control processor's decision of a command, once projected."""
+    """The decision of a command (the control processor's or the workflow engine's), once projected."""
     return await db.fetchone(
         "SELECT accepted, status, operation_id, problem, result FROM decisions WHERE command_id = %s", (command_id,)
     )
@@ -144,6 +144,46 @@ async def peek(db: Backend, queue_uid: str, state: str | None, limit: int, with_
         f"FROM queue_messages WHERE queue_uid = %s AND {PEEK_FILTERS[state]} "
         "ORDER BY accepted_at, log_offset LIMIT %s",
         (with_body, queue_uid, limit),
+    )
+
+
+# ---- workflow instances (sumi_projections.workflow) ----------------------------------------
+
+
+async def first_decision(db: Backend, prefix: str) -> Row | None:
+    """The first decision of a command whose ID starts with `prefix` (hex and "_" only)."""
+    return await db.fetchone(
+        "SELECT command_id, accepted, status, operation_id, problem, result FROM decisions "
+        "WHERE command_id LIKE %s ORDER BY decided_at LIMIT 1",
+        (prefix.replace("_", "\\_") + "%",),
+    )
+
+
+async def instance(db: Backend, workflow_uid: str, instance_id: str) -> Row | None:
+    """instance_id, status, output, error_reason, error_message of one instance."""
+    return await db.fetchone(
+        "SELECT instance_id, status, output, error_reason, error_message FROM workflow_instances "
+        "WHERE workflow_uid = %s AND instance_id = %s",
+        (workflow_uid, instance_id),
+    )
+
+
+async def instances(db: Backend, workflow_uid: str, status: str | None, after: str | None, limit: int) -> list[Row]:
+    """A page of a workflow's instances in ID order (bytes, so paging is stable), after the ID `after`."""
+    return await db.fetchall(
+        "SELECT instance_id, status, created_at, updated_at FROM workflow_instances "
+        "WHERE workflow_uid = %(w)s AND (%(s)s::text IS NULL OR status = %(s)s) "
+        'AND (%(after)s::text IS NULL OR instance_id COLLATE "C" > %(after)s) '
+        'ORDER BY instance_id COLLATE "C" LIMIT %(limit)s',
+        {"w": workflow_uid, "s": status, "after": after, "limit": limit},
+    )
+
+
+async def history(db: Backend, workflow_uid: str, instance_id: str) -> list[Row]:
+    """seq, type, at, data of every history row of an instance, in commit order."""
+    return await db.fetchall(
+        "SELECT seq, type, at, data FROM workflow_history WHERE workflow_uid = %s AND instance_id = %s ORDER BY seq",
+        (workflow_uid, instance_id),
     )
 
 

@@ -7,6 +7,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from sumi.core import kafka
 from sumi.core.problems import Problem
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import authenticate
@@ -29,7 +30,7 @@ async def readyz(request: Request) -> Response:
         row = await asyncio.wait_for(reads.projections_status(db), READY_TIMEOUT)
         if row["n"] == 0 or row["stale"]:
             raise RuntimeError("projections are not caught up")
-        await asyncio.wait_for(db.producer.client.fetch_all_metadata(), READY_TIMEOUT)
+        await asyncio.wait_for(kafka.reachable(db.producer), READY_TIMEOUT)
     except Exception as exc:  # readiness answers, whatever broke; it never raises
         return problem_response(Problem("backend_unavailable", f"not ready: {exc!r}"), request.url.path)
     return JSONResponse({"status": "ready"})

@@ -5,13 +5,13 @@ from starlette.responses import JSONResponse, Response
 
 from sumi.control.forms._base import NAME_PATTERN, NAME_RE
 from sumi.core.problems import Problem
+from sumi.core.times import rfc3339
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import authenticate, authorize, require_admin
 from sumi.gateway._backend import backend
 from sumi.gateway._commands import Command, submit
 from sumi.gateway._json import read_object, require
 from sumi.gateway._routing import route
-from sumi.gateway._views import rfc3339
 
 
 def check_name(value: object, what: str) -> str:

@@ -1,20 +1,12 @@
 """Read-model rows as the contract's JSON (host-api.md sections 2 and 3)."""
 
-from datetime import UTC, datetime
 from typing import Any
 
+from sumi.core.times import rfc3339
 from sumi.gateway._backend import Row
 
 # An Operation in one of these has not reached its outcome yet (`?wait=` holds for them).
 UNFINISHED = frozenset({"pending", "running", "reconciling"})
-
-
-def rfc3339(value: datetime | int) -> str:
-    """UTC with millisecond precision and a `Z` (epoch ms accepted too)."""
-    if isinstance(value, int):
-        value = datetime.fromtimestamp(value / 1000, UTC)
-    text = value.astimezone(UTC).isoformat(timespec="milliseconds")
-    return text.replace("+00:00", "Z")
 
 
 def resource_json(row: Row) -> dict[str, Any]:

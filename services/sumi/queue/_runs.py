@@ -192,29 +192,7 @@ class BatchRun:
     async def _send(self, args: dict[str, Any]) -> None:
         """A queue binding's send: appended to the bound queue, resolved once durable."""
         assert self.code is not None
-        target = self.code.queue_bindings.get(str(args.get("binding")))
-        queue = self.engine.control.queue(target) if target else None
-        if queue is None or queue.state not in LIVE:
-            raise HostError("backend_unavailable", "the bound queue is not available")
-        now = _now()
-        records = []
-        for m in args.get("messages") or []:
-            body = base64.b64decode(m["body"])
-            if len(body) > MAX_BODY:
-                raise HostError("message_too_large", f"a body is limited to {MAX_BODY} bytes")
-            delay = int(m.get("delaySeconds") or 0)
-            records.append(
-                r.MessageAccepted(
-                    queue.uid,
-                    self.code.space,  # a binding names a queue of the Version's own Space (resolve)
-                    _new_id("msg"),
-                    body,
-                    now,
-                    now + delay * 1000,
-                    f"worker:{self.code.uid}",
-                )
-            )
-        await self._durable(records)
+        await self._durable(sent(self.engine.control, self.code, args, _now(), _new_id))
 
 
 _SETTLE = {
@@ -223,6 +201,26 @@ _SETTLE = {
     "batch.acknowledgeAll": BatchRun._ack_all,
     "batch.retryAll": BatchRun._retry_all,
 }
+
+
+def sent(control: Any, code: Code, args: dict[str, Any], now: int, new_id: Any) -> list[r.MessageAccepted]:
+    """The messages of a queue binding's `queue.send` (a queue handler's or a workflow run's), or a HostError."""
+    target = code.queue_bindings.get(str(args.get("binding")))
+    queue = control.queue(target) if target else None
+    if queue is None or queue.state not in LIVE:
+        raise HostError("backend_unavailable", "the bound queue is not available")
+    records = []
+    for m in args.get("messages") or []:
+        body = base64.b64decode(m["body"])
+        if len(body) > MAX_BODY:
+            raise HostError("message_too_large", f"a body is limited to {MAX_BODY} bytes")
+        delay = int(m.get("delaySeconds") or 0)
+        accepted_by = f"worker:{code.uid}"
+        # a binding names a queue of the Version's own Space (resolve)
+        records.append(
+            r.MessageAccepted(queue.uid, code.space, new_id("msg"), body, now, now + delay * 1000, accepted_by)
+        )
+    return records
 
 
 def _now() -> int:

@@ -19,6 +19,9 @@ from .types import (
     QueueBatch,
     QueueMessage,
     Runtime,
+    StepRecord,
+    WorkflowInvocation,
+    WorkflowOutcome,
 )
 
 __all__ = [
@@ -38,4 +41,7 @@ __all__ = [
     "QueueMessage",
     "Runtime",
     "RuntimeUnavailable",
+    "StepRecord",
+    "WorkflowInvocation",
+    "WorkflowOutcome",
 ]

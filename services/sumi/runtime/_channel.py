@@ -140,8 +140,8 @@ class Channel:
         """Send a frame with a fresh reqId; the checked reply frame, or EXITED if the child died.
 
         The reply must be one the request's op allows, for the same context; an
-        ``invoke_queue`` opens the window in which that context's host calls
-        may name its batch and bindings, and its reply closes it.
+        ``invoke_queue`` / ``invoke_workflow`` opens the window in which that context's
+        host calls may name its batch (or steps) and bindings, and its reply closes it.
         """
         if not self.alive:
             return EXITED
@@ -152,10 +152,8 @@ class Channel:
             context_id if isinstance(context_id, str) else None,
             asyncio.get_running_loop().create_future(),
         )
-        if request.op == "invoke_queue" and request.context_id is not None:
-            request.invocation = Invocation(
-                str(frame["batch"]["id"]), frozenset(map(str, frame["env"].get("queueBindings") or ()))
-            )
+        if request.op in ("invoke_queue", "invoke_workflow") and request.context_id is not None:
+            request.invocation = Invocation.of(frame)
             self._state_of(request.context_id).invocations[req_id] = request.invocation
         self._pending[req_id] = request
         await self.send({**frame, "reqId": req_id})
@@ -258,6 +256,9 @@ class Channel:
         except Exception as e:  # an unexpected Host failure is a transient one to the worker
             self._log.exception("host call %s failed", call.method)
             reply.update(ok=False, error={"name": "backend_unavailable", "message": str(e)})
+        # No longer in flight once the reply is on its way: the runtime counts a call until its
+        # reply arrives, so by this count we never see more calls in flight than it allows.
+        ctx.host_tasks.discard(asyncio.current_task())
         if ctx.id in self.contexts:
             await self.send(reply)
 

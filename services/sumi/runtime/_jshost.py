@@ -30,6 +30,8 @@ from .types import (
     LoadInfo,
     Module,
     QueueBatch,
+    WorkflowInvocation,
+    WorkflowOutcome,
 )
 
 JS_DIR = Path(__file__).resolve().parent / "js"
@@ -105,6 +107,26 @@ class JsContext:
             # context right after the result must already see that it is gone.
             self.on_stopped(result.reason)
         return result
+
+    async def invoke_workflow(
+        self, inv: WorkflowInvocation, env: EnvSpec, host_call: HostCall | None = None
+    ) -> WorkflowOutcome:
+        if host_call is not None:
+            self.host_call = host_call
+        if self.stop_reason is not None:
+            return WorkflowOutcome("stopped", reason=self.stop_reason)
+        reply = await self._channel.request(
+            {"op": "invoke_workflow", "contextId": self.id, "invocation": inv.to_wire(), "env": env.to_wire()}
+        )
+        if reply is EXITED:
+            return WorkflowOutcome("stopped", reason="stopped", message="runtime process exited")
+        if reply.get("op") == "error":
+            error = reply.get("error") or {}
+            return WorkflowOutcome("stopped", reason="threw", message=str(error.get("message")))
+        outcome = WorkflowOutcome.from_wire(reply)
+        if outcome.kind == "stopped" and outcome.reason in _STOPPED:
+            self.on_stopped(str(outcome.reason))
+        return outcome
 
     async def stop(self) -> None:
         if self._channel.alive and self.id in self._channel.contexts:

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .documents import DocumentError, canonical_document
+
 MAX_TEXT = 16 * 1024  # one log line, in characters; the sandbox truncates before this
 MAX_ERROR_TEXT = 4 * 1024  # an error's name or message; likewise
 MAX_NAMES = 1024  # handlers / workflow classes a Version may export
@@ -32,11 +34,15 @@ MAX_SEND_MESSAGES = 10_000
 MAX_BODY_B64 = 4 * 1024 * 1024
 LOG_LEVELS = frozenset({"debug", "info", "warn", "error"})
 STOP_REASONS = frozenset({"threw", "cpu_limit", "heap_limit", "wall_limit", "stopped"})
+WORKFLOW_REASONS = frozenset({"run_threw", "step_failed", "step_definition_mismatch"})
+MAX_NAME = 256  # step names, event types, instance IDs: Unicode scalar values (WF-34, WF-19)
+MAX_SLEEP_SECONDS = 31_536_000
 # Which reply ops answer which request op ("error" answers any).
 REPLIES = {
     "start_context": "started",
     "load_info": "load_info_result",
     "invoke_queue": "invoke_result",
+    "invoke_workflow": "invoke_result",
     "stop_context": "stopped",
     "debug_eval": "debug_eval_result",  # test hooks only (JsRuntime(test_hooks=True))
 }
@@ -60,10 +66,23 @@ class ProtocolError(ValueError):
 
 @dataclass(frozen=True)
 class Invocation:
-    """What a context may touch while one invocation runs: its batch and its env's bindings."""
+    """What a context may touch while one invocation runs: its batch (queue) or its steps (workflow run),
+    and its env's bindings."""
 
-    batch_id: str
-    bindings: frozenset[str]
+    batch_id: str | None
+    bindings: frozenset[str]  # queue bindings
+    workflow_bindings: frozenset[str] = frozenset()
+    workflow_run: bool = False  # step.* calls allowed
+
+    @classmethod
+    def of(cls, frame: Mapping[str, Any]) -> Invocation:
+        """The window an invoke_queue / invoke_workflow request opens."""
+        env = frame.get("env") or {}
+        queues = frozenset(map(str, env.get("queueBindings") or ()))
+        workflows = frozenset(map(str, env.get("workflowBindings") or ()))
+        if frame.get("op") == "invoke_workflow":
+            return cls(None, queues, workflows, workflow_run=True)
+        return cls(str(frame["batch"]["id"]), queues, workflows)
 
 
 def _str(value: Any, what: str, limit: int, ctx: str | None) -> str:
@@ -115,6 +134,8 @@ def _batch_call(required: set[str], optional: set[str]) -> Callable[[str, Any, I
             _str(args["messageId"], f"{method}: messageId", 1024, ctx)
         if "delaySeconds" in args:
             _int(args["delaySeconds"], f"{method}: delaySeconds", 0, MAX_DELAY_SECONDS, ctx)
+        if inv.batch_id is None:  # a workflow run has no batch: no honest code calls this
+            raise ProtocolError(f"{method}: no batch in this invocation", ctx)
         if args["batchId"] != inv.batch_id:
             raise Refused("unknown_batch", f"{method}: not the batch being handled")
         return dict(args)
@@ -146,6 +167,84 @@ def _queue_send(method: str, args: Any, inv: Invocation, ctx: str) -> dict[str, 
     return {"binding": args["binding"], "messages": [dict(m) for m in messages]}
 
 
+def _name(value: Any, what: str, ctx: str) -> str:
+    """1..256 Unicode scalar values: a str without lone surrogates."""
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_NAME:
+        raise ProtocolError(f"{what} must be a string of 1..{MAX_NAME} Unicode scalar values", ctx)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProtocolError(f"{what} is not well-formed Unicode", ctx) from None
+    return value
+
+
+def _document(value: Any, what: str, ctx: str) -> Any:
+    try:
+        canonical_document(value)
+    except DocumentError as e:
+        raise ProtocolError(f"{what}: {e}", ctx) from None
+    return value
+
+
+def _step(required: set[str], optional: set[str]) -> Callable[[str, Any, Invocation, str], dict[str, Any]]:
+    """step.* of a workflow run (contract "Runtime ABI"); the runtime validated them for the worker."""
+
+    def check(method: str, args: Any, inv: Invocation, ctx: str) -> dict[str, Any]:
+        if not inv.workflow_run:
+            raise ProtocolError(f"{method} outside a workflow run", ctx)
+        checked: dict[str, Any] = dict(_exact(args, required, optional, method, ctx))
+        args = checked
+        _name(args["name"], f"{method}: name", ctx)
+        if method == "step.sleep":
+            _int(args["seconds"], f"{method}: seconds", 0, MAX_SLEEP_SECONDS, ctx)
+        elif method == "step.waitForEvent":
+            _name(args["type"], f"{method}: type", ctx)
+            _int(args["timeoutSeconds"], f"{method}: timeoutSeconds", 1, MAX_SLEEP_SECONDS, ctx)
+        else:
+            _retry_config(args["config"], ctx)
+            if args["ok"] is True and "error" not in args:
+                if "result" in args:
+                    _document(args["result"], f"{method}: result", ctx)
+            elif args["ok"] is False and "result" not in args and "error" in args:
+                error = _exact(args["error"], {"name", "message"}, set(), f"{method}: error", ctx)
+                _str(error["name"], f"{method}: error.name", MAX_ERROR_TEXT, ctx)
+                _str(error["message"], f"{method}: error.message", MAX_ERROR_TEXT, ctx)
+            else:
+                raise ProtocolError(f"{method}: ok with a result, or not ok with an error", ctx)
+        return checked
+
+    return check
+
+
+def _retry_config(config: Any, ctx: str) -> None:
+    keys = {"maxAttempts", "initialDelaySeconds", "backoff", "maxDelaySeconds"}
+    config = _exact(config, keys, set(), "step.do: config", ctx)
+    _int(config["maxAttempts"], "step.do: maxAttempts", 1, 100, ctx)
+    _int(config["initialDelaySeconds"], "step.do: initialDelaySeconds", 0, MAX_DELAY_SECONDS, ctx)
+    _int(config["maxDelaySeconds"], "step.do: maxDelaySeconds", 0, MAX_DELAY_SECONDS, ctx)
+    if config["backoff"] not in ("constant", "exponential"):
+        raise ProtocolError("step.do: backoff must be constant or exponential", ctx)
+
+
+def _binding(required: set[str], optional: set[str]) -> Callable[[str, Any, Invocation, str], dict[str, Any]]:
+    """workflow.* of a Caller Binding (WF-18..27), from queue handlers and workflow runs alike."""
+
+    def check(method: str, args: Any, inv: Invocation, ctx: str) -> dict[str, Any]:
+        checked: dict[str, Any] = dict(_exact(args, {"binding", *required}, optional, method, ctx))
+        args = checked
+        if args["binding"] not in inv.workflow_bindings:
+            raise ProtocolError(f"{method}: {args['binding']!r} is not a workflow binding of this env", ctx)
+        for key in ("id", "type"):
+            if key in args:
+                _name(args[key], f"{method}: {key}", ctx)
+        for key in ("params", "payload"):
+            if key in args:
+                _document(args[key], f"{method}: {key}", ctx)
+        return checked
+
+    return check
+
+
 HostMethodCheck = Callable[[str, Any, Invocation, str], dict[str, Any]]
 HOST_METHODS: dict[str, HostMethodCheck] = {
     "batch.acknowledge": _batch_call({"batchId", "messageId"}, set()),
@@ -153,6 +252,14 @@ HOST_METHODS: dict[str, HostMethodCheck] = {
     "batch.acknowledgeAll": _batch_call({"batchId"}, set()),
     "batch.retryAll": _batch_call({"batchId"}, {"delaySeconds"}),
     "queue.send": _queue_send,
+    "step.do": _step({"name", "config", "ok"}, {"result", "error"}),
+    "step.sleep": _step({"name", "seconds"}, set()),
+    "step.waitForEvent": _step({"name", "type", "timeoutSeconds"}, set()),
+    "workflow.create": _binding(set(), {"id", "params"}),
+    "workflow.get": _binding({"id"}, set()),
+    "workflow.status": _binding({"id"}, set()),
+    "workflow.sendEvent": _binding({"id", "type"}, {"payload"}),
+    "workflow.terminate": _binding({"id"}, set()),
 }
 
 
@@ -215,6 +322,25 @@ def _load_error(value: Any, ctx: str | None) -> str | None:
     return None if value is None else _str(value, "loadError", MAX_ERROR_TEXT * 2, ctx)
 
 
+def _workflow_outcome(frame: Mapping[str, Any], ctx: str | None) -> dict[str, Any]:
+    """complete {output?} | errored {reason, message} | suspended (see WorkflowOutcome)."""
+    kind = frame.get("kind")
+    if kind == "suspended":
+        return {"op": "invoke_result", "kind": kind}
+    if kind == "complete":
+        if "output" not in frame:
+            return {"op": "invoke_result", "kind": kind}
+        try:
+            canonical_document(frame["output"])
+        except DocumentError as e:
+            raise ProtocolError(f"workflow output: {e}", ctx) from None
+        return {"op": "invoke_result", "kind": kind, "output": frame["output"]}
+    if kind == "errored" and frame.get("reason") in WORKFLOW_REASONS:
+        message = _str(frame.get("message", ""), "message", MAX_ERROR_TEXT, ctx)
+        return {"op": "invoke_result", "kind": kind, "reason": frame["reason"], "message": message}
+    raise ProtocolError("a workflow outcome needs a known kind (and reason)", ctx)
+
+
 def check_reply(request_op: str, request_ctx: str | None, frame: Mapping[str, Any]) -> dict[str, Any]:
     """The reply to one of our requests, rebuilt from the fields its op allows."""
     op = frame.get("op")
@@ -234,6 +360,8 @@ def check_reply(request_op: str, request_ctx: str | None, frame: Mapping[str, An
             "handlers": _names(frame.get("handlers"), "handlers", request_ctx),
             "workflowClasses": _names(frame.get("workflowClasses"), "workflowClasses", request_ctx),
         }
+    if op == "invoke_result" and request_op == "invoke_workflow" and "kind" in frame:
+        return _workflow_outcome(frame, request_ctx)
     if op == "invoke_result":
         ok = frame.get("ok")
         if ok is True:

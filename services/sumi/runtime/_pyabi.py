@@ -17,6 +17,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ._pyworkflow import WorkflowBinding, run_workflow
 from .types import HostError
 
 HANDLER_NAMES = ("queue",)
@@ -138,6 +139,8 @@ class Env:
             object.__setattr__(self, name, str(value))
         for name in spec.get("queueBindings") or ():
             object.__setattr__(self, name, QueueBinding(abi, name))
+        for name in spec.get("workflowBindings") or ():
+            object.__setattr__(self, name, WorkflowBinding(abi, name))
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError("env is read-only")
@@ -162,10 +165,13 @@ class Abi:
         self._waiting = 0
         # WF-44 provenance: only errors this runtime raised are in here.
         self._issued: weakref.WeakSet[BaseException] = weakref.WeakSet()
+        self.halted = False  # a workflow execution reported its outcome: no more host calls (WF-46)
 
     async def call(self, method: str, args: dict[str, Any]) -> Any:
         """At most MAX_IN_FLIGHT calls are on the channel; a slot frees when the reply
         arrives (even for a call whose caller was cancelled), as the parent counts them."""
+        if self.halted:
+            await asyncio.get_running_loop().create_future()  # never answered, like a stopped context
         if self._waiting >= MAX_WAITING:
             raise RuntimeError(f"{method}: more than {MAX_WAITING} host calls waiting")
         self._waiting += 1
@@ -248,3 +254,13 @@ class Abi:
             if task is not asyncio.current_task():
                 task.cancel()
         return result
+
+    async def invoke_workflow(
+        self, main: Any, load_error: str | None, invocation: dict[str, Any], env: dict[str, Any]
+    ) -> dict[str, Any]:
+        if load_error is not None:
+            return {"kind": "errored", "reason": "run_threw", "message": load_error}
+        try:
+            return await run_workflow(self, main, invocation, Env(self, env))
+        except MemoryError:
+            os._exit(EXIT_HEAP_LIMIT)

@@ -101,11 +101,15 @@ class Child:
             reply.update(self.abi.describe(self.main))
         self.send(reply)
 
-    async def invoke_queue(self, frame: dict[str, Any]) -> None:
+    async def invoke(self, frame: dict[str, Any]) -> None:
+        """invoke_queue or invoke_workflow, under the CPU limit; one invoke_result frame."""
         assert self.limits is not None
         self.limits.arm()
         try:
-            result = await self.abi.invoke_queue(self.main, self.load_error, frame["batch"], frame["env"])
+            if frame["op"] == "invoke_queue":
+                result = await self.abi.invoke_queue(self.main, self.load_error, frame["batch"], frame["env"])
+            else:
+                result = await self.abi.invoke_workflow(self.main, self.load_error, frame["invocation"], frame["env"])
         finally:
             self.limits.disarm()
         self.send({"op": "invoke_result", "reqId": frame["reqId"], "contextId": self.context_id, **result})
@@ -121,8 +125,8 @@ class Child:
                 self.start(frame)
             elif op == "load_info":
                 self.load_info(frame)
-            elif op == "invoke_queue":
-                task = asyncio.create_task(self.invoke_queue(frame))
+            elif op in ("invoke_queue", "invoke_workflow"):
+                task = asyncio.create_task(self.invoke(frame))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             elif op == "host_reply":

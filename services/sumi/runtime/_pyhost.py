@@ -18,6 +18,9 @@ import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
+
+import rfc8785
 
 from . import _walls
 from ._channel import EXITED, Channel
@@ -32,6 +35,8 @@ from .types import (
     LoadInfo,
     Module,
     QueueBatch,
+    WorkflowInvocation,
+    WorkflowOutcome,
 )
 
 log = logging.getLogger("sumi.runtime.python")
@@ -102,25 +107,37 @@ class PyContext:
             return LoadInfo(load_error=f"context stopped: {self.stop_reason or 'stopped'}")
         return LoadInfo.from_wire(reply)
 
-    async def invoke_queue(self, batch: QueueBatch, env: EnvSpec, host_call: HostCall | None = None) -> InvokeResult:
+    async def _invoke(self, frame: dict[str, Any], host_call: HostCall | None) -> dict[str, Any] | None:
+        """One invocation under the wall limit; None when the context is (or got) stopped."""
         if host_call is not None:
             self.host_call = host_call
         if self.stop_reason is not None:
-            return InvokeResult.stopped()
-        request = self._channel.request(
-            {"op": "invoke_queue", "contextId": self.id, "batch": batch.to_wire(), "env": env.to_wire()}
-        )
+            return None
         wall = self._limits.wall_ms / 1000 if self._limits.wall_ms else None
         try:
-            reply = await asyncio.wait_for(request, wall)
+            reply = await asyncio.wait_for(self._channel.request({**frame, "contextId": self.id}), wall)
         except TimeoutError:
             self._forced_reason = "wall_limit"
             await self.stop()
-            reply = EXITED
-        if reply is EXITED:
+            return None
+        return None if reply is EXITED else reply
+
+    async def invoke_queue(self, batch: QueueBatch, env: EnvSpec, host_call: HostCall | None = None) -> InvokeResult:
+        reply = await self._invoke({"op": "invoke_queue", "batch": batch.to_wire(), "env": env.to_wire()}, host_call)
+        if reply is None:
             reason = self.stop_reason or "stopped"
             return InvokeResult.stopped(reason, f"context stopped: {reason}")  # type: ignore[arg-type]
         return InvokeResult.from_wire(reply)
+
+    async def invoke_workflow(
+        self, inv: WorkflowInvocation, env: EnvSpec, host_call: HostCall | None = None
+    ) -> WorkflowOutcome:
+        frame = {"op": "invoke_workflow", "invocation": inv.to_wire(), "env": env.to_wire()}
+        reply = await self._invoke(frame, host_call)
+        if reply is None:
+            reason = self.stop_reason or "stopped"
+            return WorkflowOutcome("stopped", reason=reason, message=f"context stopped: {reason}")
+        return WorkflowOutcome.from_wire(reply)
 
     async def stop(self) -> None:
         """SIGKILL the child and return once it has been reaped."""
@@ -154,6 +171,8 @@ class PyRuntime:
             base.chmod(0o755)
             (base / "sumi").mkdir(mode=0o755)
             _walls.stage(sorted(RUNTIME_DIR.glob("*.py")), base / "sumi" / "runtime")
+            # The one library the child imports: documents.py's RFC 8785 canonical JSON (pure Python).
+            _walls.stage(sorted(Path(rfc8785.__file__).parent.glob("*.py")), base / "rfc8785")
             self._staged = base
         return self._staged
 

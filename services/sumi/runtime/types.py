@@ -87,9 +87,14 @@ class QueueBatch:
 class EnvSpec:
     vars: Mapping[str, str] = field(default_factory=dict)
     queue_bindings: Sequence[str] = ()
+    workflow_bindings: Sequence[str] = ()  # env.NAME = a Caller Binding of a DurableWorkflow (WF-18)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"vars": dict(self.vars), "queueBindings": list(self.queue_bindings)}
+        return {
+            "vars": dict(self.vars),
+            "queueBindings": list(self.queue_bindings),
+            "workflowBindings": list(self.workflow_bindings),
+        }
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,85 @@ class InvokeResult:
 
 DEFAULT_LIMITS = Limits()
 
+StepKind = Literal["do", "sleep", "wait"]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One completed step, from the engine's fold of the instance log; replayed without its effect (WF-36)."""
+
+    name: str
+    kind: StepKind
+    ok: bool
+    result: Any = None  # document or None (do: the effect's result; wait: the event payload)
+    error_name: str | None = None  # when not ok: "step_failed" | "wait_timeout"
+    error_message: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"kind": self.kind, "ok": self.ok}
+        if self.ok:
+            if self.result is not None:
+                wire["result"] = self.result
+        else:
+            wire["error"] = {"name": self.error_name or "step_failed", "message": self.error_message or ""}
+        return wire
+
+
+@dataclass(frozen=True)
+class WorkflowInvocation:
+    """One execution of a workflow run in a fresh context (WF-29..33)."""
+
+    class_name: str
+    instance_id: str
+    params: Any | None  # document, or None when absent (run sees no ``params`` member)
+    completed: Mapping[str, StepRecord] = field(default_factory=dict)
+    pending_kinds: Mapping[str, str] = field(default_factory=dict)  # unfinished names seen: name -> kind (WF-35)
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {
+            "className": self.class_name,
+            "instanceId": self.instance_id,
+            "completed": {name: rec.to_wire() for name, rec in self.completed.items()},
+            "pendingKinds": dict(self.pending_kinds),
+        }
+        if self.params is not None:
+            wire["params"] = self.params
+        return wire
+
+
+WorkflowOutcomeKind = Literal["complete", "errored", "suspended", "stopped"]
+WorkflowErrorReason = Literal["run_threw", "step_failed", "step_definition_mismatch"]
+
+
+@dataclass(frozen=True)
+class WorkflowOutcome:
+    """How one execution ended.
+
+    ``suspended``: a step is pending on the Host (retry scheduled, sleeping, waiting, or a Host rejection such
+    as a limit); the context is left running with run's Promise pending and the engine stops it.
+    ``stopped``: the context stopped (limits, stop(), process exit) before run settled.
+    """
+
+    kind: WorkflowOutcomeKind
+    output: Any | None = None  # complete: the document or None
+    reason: str | None = None  # errored: WorkflowErrorReason; stopped: the StopReason
+    message: str | None = None
+
+    @classmethod
+    def from_wire(cls, frame: Mapping[str, Any]) -> WorkflowOutcome:
+        """The runtime's reply; a queue-shaped stop notice (``ok: false, reason``) means the context stopped."""
+        kind = frame.get("kind")
+        if kind is None:
+            error = frame.get("error") or {}
+            return cls("stopped", reason=str(frame.get("reason") or "stopped"), message=error.get("message"))
+        if kind == "complete":
+            return cls("complete", output=frame.get("output"))
+        if kind == "suspended":
+            return cls("suspended")
+        if kind == "errored":
+            return cls("errored", reason=str(frame.get("reason") or "run_threw"), message=frame.get("message"))
+        return cls("stopped", reason=str(frame.get("reason") or "stopped"), message=frame.get("message"))
+
 
 class ExecutionContext(Protocol):
     id: str
@@ -142,6 +226,12 @@ class ExecutionContext(Protocol):
     async def invoke_queue(
         self, batch: QueueBatch, env: EnvSpec, host_call: HostCall | None = None
     ) -> InvokeResult: ...
+
+    async def invoke_workflow(
+        self, inv: WorkflowInvocation, env: EnvSpec, host_call: HostCall | None = None
+    ) -> WorkflowOutcome:
+        """Run ``new Export(env).run(event, step)`` once; the context is never reused (WF-32)."""
+        ...
 
     async def stop(self) -> None:
         """Return only once the context's code has physically stopped."""

@@ -165,8 +165,7 @@ class Verifier:
         await consumer.start()
         try:
             consumer.subscribe([settings.topic("control")], listener=_FromBeginning(self, consumer))
-            while True:
-                batch = await consumer.getmany(timeout_ms=500, max_records=500)
+            async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
                 for tp, messages in batch.items():
                     for message in messages:
                         new = message.offset >= self.act_from.get(tp, 0)

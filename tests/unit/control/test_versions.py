@@ -17,134 +17,36 @@ from sumi.control.forms.names import (
 )
 from sumi.control.forms.worker_deployment import active_allocation, allocations_to_check
 from sumi.core import records as r
-from tests.decisions_kit import NOW, command, problem, reply
-from tests.decisions_kit import run as kit_run
-
-GOOD_JS = "export default { async queue(batch, env, ctx) {} };\n"
-
-
-# ---- helpers -----------------------------------------------------------------------------------
-
-LOG: list[Any] = []  # every record decided in the current test, in order
+from tests.decisions_kit import (
+    GOOD_JS,
+    LOG,
+    NOW,
+    cmd,
+    code,
+    create,
+    delete,
+    deploy,
+    deployment_spec,
+    new_state,
+    observed,
+    op_state,
+    paths,
+    problem,
+    put,
+    reply,
+    report,
+    res,
+    run,
+    verified,
+    version,
+    version_spec,
+    worker,
+)
 
 
 @pytest.fixture(autouse=True)
 def _fresh_log() -> None:
     LOG.clear()
-
-
-def cmd(kind: str, payload: dict[str, Any], cid: str | None = None) -> r.CommandSubmitted:
-    return command(kind, payload, cid=cid)
-
-
-def run(state: ControlState, command: r.CommandSubmitted, followups: bool = True) -> list[Any]:
-    return kit_run(state, command, followups, LOG)
-
-
-def code(events: list[Any]) -> str:
-    return str(problem(events)["code"])
-
-
-def paths(events: list[Any]) -> set[str]:
-    return {e["path"] for e in problem(events).get("errors", [])}
-
-
-def new_state() -> ControlState:
-    s = ControlState()
-    run(s, cmd("space.create", {"name": "demo"}))
-    return s
-
-
-def res(s: ControlState, ref: str) -> Any:
-    return s.space("demo").by_ref(ref)
-
-
-def op_state(s: ControlState, events: list[Any]) -> str:
-    return s.space("demo").operations[str(reply(events).operationId)].state
-
-
-def create(s: ControlState, name: str, form: str, spec: dict[str, Any], **kw: Any) -> list[Any]:
-    return run(s, cmd("resource.create", {"name": name, "form": form, "spec": spec}), **kw)
-
-
-def worker(s: ControlState, name: str = "w", runtime: str = "javascript", handlers: list[str] | None = None) -> str:
-    events = create(
-        s,
-        name,
-        MODULE_WORKER,
-        {"runtime": runtime, "handlers": ["queue"] if handlers is None else handlers},
-    )
-    assert reply(events).accepted
-    return str(res(s, name).uid)
-
-
-def version_spec(worker_uid: str, **over: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "worker": {"resourceUid": worker_uid},
-        "mainModule": "worker.js",
-        "modules": [{"name": "worker.js", "content": GOOD_JS}],
-    }
-    spec.update(over)
-    return spec
-
-
-def version(s: ControlState, worker_uid: str, name: str = "v1", **over: Any) -> tuple[str, str]:
-    """A Version whose create is accepted and still verifying: (uid, create operation id)."""
-    events = create(s, name, WORKER_VERSION, version_spec(worker_uid, **over))
-    assert reply(events).accepted, problem(events)
-    return str(res(s, name).uid), str(reply(events).operationId)
-
-
-def report(
-    s: ControlState,
-    op_id: str,
-    ok: bool = True,
-    handlers: tuple[str, ...] = ("queue",),
-    classes: tuple[str, ...] = (),
-    load_error: str | None = None,
-) -> list[Any]:
-    if load_error is not None:
-        observed: dict[str, Any] = {"verified": True, "loadError": load_error}
-    else:
-        observed = {"verified": True, "handlers": list(handlers), "workflowClasses": list(classes)}
-    payload: dict[str, Any] = {
-        "operationId": op_id,
-        "outcome": "succeeded" if ok else "failed",
-        "observed": observed,
-    }
-    if not ok:
-        payload["error"] = {"code": "invalid_spec", "status": 400, "detail": "does not load"}
-    return run(s, cmd("operation.report", payload))
-
-
-def verified(s: ControlState, worker_uid: str, name: str = "v1", **kw: Any) -> str:
-    uid, op_id = version(s, worker_uid, name)
-    report(s, op_id, **kw)
-    assert res(s, uid).state == "active"
-    return uid
-
-
-def deployment_spec(worker_uid: str, *weights: tuple[str, int]) -> dict[str, Any]:
-    return {
-        "worker": {"resourceUid": worker_uid},
-        "versions": [{"version": {"resourceUid": v}, "percentage": p} for v, p in weights],
-    }
-
-
-def deploy(s: ControlState, worker_uid: str, *weights: tuple[str, int], name: str = "d", **kw: Any) -> list[Any]:
-    return create(s, name, WORKER_DEPLOYMENT, deployment_spec(worker_uid, *weights), **kw)
-
-
-def put(s: ControlState, ref: str, spec: dict[str, Any]) -> list[Any]:
-    return run(s, cmd("resource.update", {"ref": ref, "spec": spec}))
-
-
-def delete(s: ControlState, ref: str) -> list[Any]:
-    return run(s, cmd("resource.delete", {"ref": ref}))
-
-
-def observed(s: ControlState, ref: str) -> dict[str, Any]:
-    return dict(res(s, ref).observed)
 
 
 # ---- WorkerVersion: shape ----------------------------------------------------------------------

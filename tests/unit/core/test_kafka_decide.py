@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from sumi.core import codec, kafka
+from sumi.core import codec, kafka, runner
 from sumi.core import records as r
 from sumi.core.config import Settings
 
@@ -71,3 +71,52 @@ def test_the_quarantine_record_carries_source_and_raw_bytes() -> None:
         key=b"demo",
     )
     assert codec.decode(codec.encode(out.record)) == out.record
+
+
+class _Logic:
+    """A processor's logic that remembers what it folded and raises on a chosen record."""
+
+    def __init__(self) -> None:
+        self.folded: list[object] = []
+
+    def reset(self) -> None:
+        self.folded = []
+
+    def fold(self, record: object) -> None:
+        if record == r.SpaceCreated("boom", 1):
+            raise KeyError("boom")
+        self.folded.append(record)
+
+    def handle(self, record: object, now: int) -> list[kafka.Out]:
+        if record == r.SpaceCreated("boom", 1):
+            raise KeyError("boom")
+        return [kafka.Out("t1.control", "demo", record)]
+
+
+def _runner() -> tuple[runner.TransactionalRunner, _Logic]:
+    logic = _Logic()
+    settings = Settings("127.0.0.1:1", "postgresql://unused", topic_prefix="t1")
+    return runner.TransactionalRunner(settings, "control", "t1.commands", "t1.control", logic), logic
+
+
+def test_the_transactional_loop_decides_or_quarantines_each_input() -> None:
+    # issue 7: a bad input is quarantined in the batch's transaction; the next one is decided
+    loop, _ = _runner()
+    bad = FakeMessage("t1.commands", 0, 5, None, b"junk")
+    boom = FakeMessage("t1.commands", 0, 6, b"x", codec.encode(r.SpaceCreated("boom", 1)))
+    good = FakeMessage("t1.commands", 0, 7, b"demo", GOOD)
+    [q1] = loop.decide(bad, now=1)
+    [q2] = loop.decide(boom, now=1)
+    [out] = loop.decide(good, now=1)
+    assert (q1.topic, q1.record.reason, q1.record.offset) == ("t1.quarantine", "not_avro", 5)
+    assert (q2.topic, q2.record.reason, q2.record.offset) == ("t1.quarantine", "apply_failed", 6)
+    assert "KeyError" in q2.record.detail
+    assert out == kafka.Out("t1.control", "demo", r.SpaceCreated("demo", 1))
+
+
+def test_the_changelog_fold_skips_what_it_cannot_take() -> None:
+    # issue 7: a bad changelog record never stops the rebuild (no crash loop)
+    loop, logic = _runner()
+    for offset, value in enumerate([b"", GOOD[:12], codec.encode(r.SpaceCreated("boom", 1)), GOOD]):
+        loop.fold(FakeMessage("t1.control", 0, offset, None, value))
+    assert logic.folded == [r.SpaceCreated("demo", 1)]

@@ -3,7 +3,7 @@
 import inspect
 
 import aiokafka.producer.sender as sender
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from sumi.core import kafka
 
@@ -29,3 +29,12 @@ def test_transaction_retry_backoff_is_a_module_float_the_sender_reads() -> None:
         assert sender.BACKOFF_OVERRIDE == min(before, kafka.TXN_RETRY_S)
     finally:
         sender.BACKOFF_OVERRIDE = before
+
+
+async def test_producer_client_answers_metadata_requests() -> None:
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")  # never started: no connection
+    try:
+        assert inspect.iscoroutinefunction(producer.client.fetch_all_metadata)
+    finally:
+        await producer.stop()
+    assert "client.fetch_all_metadata" in inspect.getsource(kafka.reachable)

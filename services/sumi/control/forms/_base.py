@@ -71,6 +71,12 @@ class Form(Protocol):
         "wait", "succeeded", or the Problem it fails with. Asked whenever an awaited
         Operation of the Space ends (operation.report)."""
 
+    def reported(
+        self, registry: Registry, resource: ResourceView, observed: Mapping[str, Any], now: int
+    ) -> dict[str, Any]:
+        """The observed to record when a service reports one (`resource.observe`): the
+        report itself, or the report merged with what the control plane knows itself."""
+
 
 class BaseForm:
     """Defaults for Forms that have no references and no dependents of their own."""
@@ -97,6 +103,11 @@ class BaseForm:
 
     def settle(self, kind: str, registry: Registry, resource: ResourceView) -> "str | Problem":
         return "wait"
+
+    def reported(
+        self, registry: Registry, resource: ResourceView, observed: Mapping[str, Any], now: int
+    ) -> dict[str, Any]:
+        return dict(observed)
 
 
 # ---- shape helpers -------------------------------------------------------------------------

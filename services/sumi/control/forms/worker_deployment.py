@@ -26,7 +26,7 @@ from sumi.control.forms.names import (
     WORKER_DEPLOYMENT,
     WORKER_VERSION,
 )
-from sumi.control.forms.worker_version import worker_of
+from sumi.control.forms.worker_version import class_fitness, load_fitness, worker_of
 from sumi.core.problems import FieldError, Problem
 
 MAX_ENTRIES = 10
@@ -36,29 +36,22 @@ def version_fitness(registry: Registry, version: ResourceView, worker: ResourceV
     """ "pending" while the Version verifies, "ok" when it can serve the worker, else why not.
 
     Pending verification is never taken as incompatibility (WF-6)."""
-    observed = version.observed
-    if observed.get("verified") is not True:
-        return "pending"
-    if observed.get("loadError"):
-        return Problem("dependency_conflict", f"version {version.uid} does not load: {observed['loadError']}")
-    provided = set(observed.get("handlers") or ())
+    loaded = load_fitness(version)
+    if loaded != "ok":
+        return loaded
+    provided = set(version.observed.get("handlers") or ())
     missing = [h for h in worker.spec.get("handlers", []) if h not in provided]
     if missing:  # QC-16
         return Problem(
             "dependency_conflict",
             f"version {version.uid} lacks the handler {missing[0]!r} worker {worker.uid} declares",
         )
-    classes = set(observed.get("workflowClasses") or ())
     for workflow in registry.all():  # WF-5, WF-28
         if workflow.form != DURABLE_WORKFLOW or worker_of(workflow.spec) != worker.uid:
             continue
-        class_name = workflow.spec.get("className")
-        if isinstance(class_name, str) and class_name not in classes:
-            return Problem(
-                "dependency_conflict",
-                f"version {version.uid} does not export the workflow class {class_name!r} "
-                f"that DurableWorkflow {workflow.uid} names",
-            )
+        fitness = class_fitness(version, str(workflow.spec.get("className")))
+        if isinstance(fitness, Problem):
+            return Problem("dependency_conflict", f"{fitness.detail} that DurableWorkflow {workflow.uid} names")
     return "ok"
 
 

@@ -128,6 +128,31 @@ def worker_of(spec: Mapping[str, Any]) -> str | None:
     return worker.get("resourceUid") if isinstance(worker, Mapping) else None
 
 
+def load_fitness(version: ResourceView) -> str | Problem:
+    """ "pending" while the Version verifies, "ok" once its main module loaded, else why not.
+
+    Pending verification is never taken as incompatibility (WF-6)."""
+    observed = version.observed
+    if observed.get("verified") is not True:
+        return "pending"
+    if observed.get("loadError"):
+        return Problem("dependency_conflict", f"version {version.uid} does not load: {observed['loadError']}")
+    return "ok"
+
+
+def class_fitness(version: ResourceView, class_name: str) -> str | Problem:
+    """As `load_fitness`, and the main module exports `class_name` as a Workflow class
+    (WF-28: constructible, with a callable `run`)."""
+    loaded = load_fitness(version)
+    if loaded != "ok":
+        return loaded
+    if class_name not in (version.observed.get("workflowClasses") or ()):
+        return Problem(
+            "dependency_conflict", f"version {version.uid} does not export the workflow class {class_name!r}"
+        )
+    return "ok"
+
+
 class WorkerVersion(BaseForm):
     url = WORKER_VERSION
 

@@ -21,6 +21,23 @@ const MAX_ERROR_TEXT = 4 * 1024;
 const text = (v, n) => (typeof v === 'string' ? (v.length > n ? v.slice(0, n) : v) : '');
 const isId = (v) => Number.isSafeInteger(v) && v > 0;
 
+// A workflow execution's outcome (workflow.js): complete {output?} | errored {reason, message} | suspended.
+// The output was judged a document inside the context; Python judges it again (_protocol).
+const WF_REASONS = new Set(['run_threw', 'step_failed', 'step_definition_mismatch']);
+function checkedOutcome(o) {
+  if (o !== null && typeof o === 'object') {
+    if (o.kind === 'complete') {
+      const out = o.output;
+      return out !== null && typeof out === 'object' && !Array.isArray(out) ? { kind: 'complete', output: out } : { kind: 'complete' };
+    }
+    if (o.kind === 'suspended') return { kind: 'suspended' };
+    if (o.kind === 'errored' && WF_REASONS.has(o.reason)) {
+      return { kind: 'errored', reason: o.reason, message: text(o.message, MAX_ERROR_TEXT) };
+    }
+  }
+  return { kind: 'errored', reason: 'run_threw', message: 'invalid workflow outcome' };
+}
+
 function checkedResult(r) {
   if (r === null || typeof r !== 'object') return { ok: false, reason: 'threw', error: { name: 'Error', message: 'invalid result', hostError: false } };
   if (r.ok === true) return { ok: true };
@@ -63,6 +80,11 @@ function bridge(kind, payload) {
       case 'result': {
         const [invocationId, result] = JSON.parse(payload);
         if (isId(invocationId)) post({ type: 'invoke_result', invocationId, result: checkedResult(result) });
+        return undefined;
+      }
+      case 'outcome': {
+        const [invocationId, outcome] = JSON.parse(payload);
+        if (isId(invocationId)) post({ type: 'invoke_result', invocationId, outcome: checkedOutcome(outcome) });
         return undefined;
       }
       case 'timer_set': {
@@ -174,25 +196,29 @@ async function dynamicImport(specifier, referrer) {
   throw control.makeTypeError(`import of "${typeof specifier === 'string' ? specifier : '?'}" failed: ${control.describe(failure)}`);
 }
 
-// DOC-1..6 inside the sandbox realm ("plain object" means that realm's
-// Object.prototype), evaluated before any worker code so that it captures the
-// realm's intrinsics unpatched. Proxies are told apart by node's own check,
-// which stays in the checker's closure, out of worker code's reach.
-async function documentChecker() {
-  const m = new vm.SourceTextModule(readFileSync(new URL('./document.mjs', import.meta.url), 'utf8'), {
-    context,
-    identifier: 'sumi:document.mjs',
+// A runtime file evaluated inside the context's realm, before any worker code.
+const runtimeScript = (file) => new vm.Script(readFileSync(new URL(file, import.meta.url), 'utf8'), {
+  filename: `sumi:${file.slice(2)}`,
+}).runInContext(context);
+
+async function runtimeModule(file) {
+  const m = new vm.SourceTextModule(readFileSync(new URL(file, import.meta.url), 'utf8'), {
+    context, identifier: `sumi:${file.slice(2)}`,
   });
-  await m.link(() => { throw new Error('document.mjs imports nothing'); });
+  await m.link(() => { throw new Error(`${file} may not import`); });
   await m.evaluate();
-  return m.namespace.makeDocumentChecker({ isProxy: types.isProxy });
+  return m.namespace;
 }
 
 async function load() {
-  control = new vm.Script(readFileSync(new URL('./sandbox.js', import.meta.url), 'utf8'), {
-    filename: 'sumi:sandbox.js',
-  }).runInContext(context)(bridge);
-  control.setDocumentChecker(await documentChecker());
+  // DOC-1..6 in the sandbox realm, loaded before worker code so that it
+  // captures the realm's intrinsics unpatched. Proxies are told apart by
+  // node's own check, which stays in the checker's closure, out of worker
+  // code's reach.
+  const { makeDocumentChecker } = await runtimeModule('./document.mjs');
+  const checkDocument = makeDocumentChecker({ isProxy: types.isProxy });
+  const installWorkflow = runtimeScript('./workflow.js');
+  control = runtimeScript('./sandbox.js')(bridge, { installWorkflow, checkDocument });
   const mainName = workerData.mainModule.replace(/^\.\//, '');
   if (!sources.has(mainName)) throw new Error(`main module "${mainName}" is not among the modules`);
   const main = moduleFor(mainName);
@@ -240,6 +266,13 @@ const onMain = {
       post({ type: 'invoke_result', invocationId: msg.invocationId, result: { ok: false, reason: 'threw', error: { name: 'Error', message: loadInfo.loadError, hostError: false } } });
     } else {
       enter(() => control.invokeQueue(JSON.stringify(msg.batch), JSON.stringify(msg.env), msg.invocationId));
+    }
+  },
+  invoke_workflow(msg) {
+    if (loadInfo.loadError) {
+      post({ type: 'invoke_result', invocationId: msg.invocationId, outcome: { kind: 'errored', reason: 'run_threw', message: loadInfo.loadError } });
+    } else {
+      enter(() => control.invokeWorkflow(JSON.stringify(msg.invocation), JSON.stringify(msg.env), msg.invocationId));
     }
   },
   host_reply(msg) {

@@ -101,7 +101,7 @@ class Context {
     return send({ op: 'log', contextId: this.id, level, text });
   }
 
-  invoke(reqId, batch, env) {
+  invoke(reqId, message) { // message: {type: 'invoke_queue', batch, env} | {type: 'invoke_workflow', invocation, env}
     if (this.stopReason) {
       send(invokeResult(reqId, this.id, stoppedResult(this.stopReason)));
       return;
@@ -109,7 +109,7 @@ class Context {
     const invocationId = this.nextInvocation++;
     this.invocations.set(invocationId, reqId);
     this.startBudget();
-    this.worker.postMessage({ type: 'invoke_queue', invocationId, batch, env });
+    this.worker.postMessage({ ...message, invocationId });
   }
 
   decideStop(reason, error) {
@@ -162,7 +162,7 @@ const fromWorker = {
     const reqId = c.invocations.get(m.invocationId);
     if (reqId === undefined) return true;
     c.invocations.delete(m.invocationId);
-    return send(invokeResult(reqId, c.id, m.result));
+    return send(m.outcome !== undefined ? { op: 'invoke_result', reqId, contextId: c.id, ...m.outcome } : invokeResult(reqId, c.id, m.result));
   },
 };
 
@@ -205,8 +205,15 @@ const ops = {
     const c = contexts.get(f.contextId);
     if (!c) return invokeResult(f.reqId, f.contextId, stoppedResult('stopped'));
     await c.ready;
-    c.invoke(f.reqId, f.batch, f.env);
+    c.invoke(f.reqId, { type: 'invoke_queue', batch: f.batch, env: f.env });
     return null; // answered by the context
+  },
+  async invoke_workflow(f) {
+    const c = contexts.get(f.contextId);
+    if (!c) return invokeResult(f.reqId, f.contextId, stoppedResult('stopped'));
+    await c.ready;
+    c.invoke(f.reqId, { type: 'invoke_workflow', invocation: f.invocation, env: f.env });
+    return null; // answered by the context: one outcome frame (complete | errored | suspended)
   },
   async host_reply(f) {
     const c = contexts.get(f.contextId);

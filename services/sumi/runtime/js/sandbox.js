@@ -344,7 +344,9 @@
     }
   }
 
-  return function install(bridge) {
+  // extensions: { installWorkflow, checkDocument }, both already evaluated in this realm
+  // (workflow.js, document.mjs) by context_worker.mjs.
+  return function install(bridge, extensions) {
     // bridge(kind, payload) -> string | undefined. Host side never throws.
     const global = globalThis;
     delete global.console;       // V8's inspector console: writes past our log routing
@@ -579,6 +581,7 @@
       const env = {};
       for (const name of keys(spec.vars || {})) env[name] = String(spec.vars[name]);
       for (const name of spec.queueBindings || []) env[name] = makeQueueBinding(name);
+      for (const name of spec.workflowBindings || []) env[name] = workflow.makeBinding(name);
       return freeze(env);
     }
 
@@ -597,15 +600,14 @@
       }
     };
 
+    const workflow = extensions && extensions.installWorkflow
+      ? extensions.installWorkflow({ hostCall, makeHostError, checkDocument: extensions.checkDocument, describe })
+      : null;
+
     let mainNs = null;
     let running = 0;
-    // checkDocument(value) -> {ok, canonical, size} | {ok: false, code, message}
-    // (document.mjs, loaded into this realm first): what the ABI uses to judge
-    // and snapshot every document a worker hands the Host (DOC-1..6).
-    let checkDocument = null;
     return freeze({
       setMain(ns) { mainNs = ns; },
-      setDocumentChecker(check) { if (checkDocument === null) checkDocument = check; },
       loadInfo() {
         const info = { handlers: [], workflowClasses: [] };
         const def = mainNs.default;
@@ -649,6 +651,23 @@
           apply(PromiseThen, run(), [done, (e) => done({ ok: false, reason: 'threw', error: describe(e) })]);
         } catch (e) {
           done({ ok: false, reason: 'threw', error: describe(e) });
+        }
+      },
+      invokeWorkflow(invocationJson, envJson, invocationId) {
+        running++;
+        let ended = false;
+        const done = (outcome) => {
+          if (ended) return;
+          ended = true;
+          // As for a queue invocation: once the Host has the outcome, nothing of this context may run
+          // (its timers) or reach the Host (its calls); a suspended step's Promise stays pending.
+          if (--running === 0) { cancelTimers(); abandonCalls(); }
+          send('outcome', encode([invocationId, outcome]));
+        };
+        try {
+          workflow.invoke(mainNs, jsonParse(invocationJson), makeEnv(jsonParse(envJson)), done);
+        } catch (e) {
+          done({ kind: 'errored', reason: 'run_threw', message: describe(e).message });
         }
       },
       deliverReply(callId, ok, payloadJson) {

@@ -1,0 +1,87 @@
+"""Caller Bindings inside workflow runs: `env.NAME.create/get`, `status()`, `sendEvent()`,
+`terminate()` (WF-18..27), decided by this engine on its own fold.
+
+The engine owns every instance (one engine, every partition), so a binding call is the
+same decision a command would get, committed before it is answered; its
+`CommandDecided` is written too, for the audit. Rejections are Host Errors named by
+the WF codes. A binding names a DurableWorkflow of the calling Version's
+`workflowBindings`; any other name is `invalid_request`.
+"""
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from sumi.control.state import VersionView
+from sumi.core import ids
+from sumi.core.problems import Problem
+from sumi.core.topics import instance_key
+from sumi.runtime import HostError
+from sumi.workflow import _decide as d
+from sumi.workflow import commands as c
+
+if TYPE_CHECKING:
+    from sumi.workflow.engine import Engine
+
+
+class Bindings:
+    def __init__(self, engine: "Engine") -> None:
+        self.engine = engine
+
+    async def call(self, code: VersionView | None, method: str, args: dict[str, Any]) -> Any:
+        uid = code.workflow_bindings.get(str(args.get("binding"))) if code else None
+        wf = self.engine.control.workflow(uid) if uid else None
+        if code is None or wf is None:
+            raise HostError("backend_unavailable", "the bound Workflow is not available")
+        caller = d.Caller(ids.new_ulid(), wf.space, f"worker:{code.uid}", method)
+        try:
+            return await self._call(wf.uid, caller, method, args)
+        except Problem as problem:
+            raise HostError(problem.code, problem.detail) from None
+
+    async def _call(self, uid: str, caller: d.Caller, method: str, args: dict[str, Any]) -> Any:
+        if method == "workflow.create":
+            payload = {k: v for k, v in args.items() if k in ("id", "params")}
+            cmd = c.decode(c.CreateInstance.kind, json.dumps({"workflowUid": uid, "id": "_", **payload}))
+            create = c.CreateInstance.new(uid, args.get("id"), cmd.params)  # type: ignore[union-attr]
+            await self._decided(c.key_of(create), create, caller)
+            return {"id": create.instance_id}
+        iid = args.get("id")
+        key = instance_key(uid, str(iid))
+        inst = self.engine.instances.get(key)
+        if inst is None or inst.purged:
+            raise Problem("unknown_instance", f"no instance {iid}")  # WF-20
+        if method == "workflow.get":
+            return {"id": inst.instance_id}
+        if method == "workflow.status":
+            return status_of(inst)
+        if method == "workflow.sendEvent":
+            body = {"workflowUid": uid, "id": iid, **{k: v for k, v in args.items() if k in ("type", "payload")}}
+            event = c.decode(c.SendEvent.kind, json.dumps(body))
+            return await self._decided(key, event, caller)
+        if method == "workflow.terminate":
+            run = self.engine.runs.get(key)
+            if run is not None:
+                run.stop()
+                await run.stopped  # WF-26: only after the physical stop
+            result = await self._decided(key, c.TerminateInstance(uid, inst.instance_id), caller)
+            return {"status": result["status"]}
+        raise Problem("invalid_request", f"unknown binding method {method}")
+
+    async def _decided(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller) -> Any:
+        decision = self.engine.decide(key, cmd, caller, self.engine.now())
+        answer = next(x for x in decision.records if type(x).__name__ == "CommandDecided")
+        await self.engine.apply(key, decision)
+        if not answer.accepted:
+            raise Problem.from_json(json.loads(answer.problem))
+        return json.loads(answer.result) if answer.result else None
+
+
+def status_of(inst: Any) -> dict[str, Any]:
+    """WF-21: `output` only when complete, `error` only when errored."""
+    out: dict[str, Any] = {"status": inst.status}
+    if inst.status == "complete" and inst.output is not None:
+        out["output"] = json.loads(inst.output)
+    if inst.status == "errored" and inst.error is not None:
+        reason, message = inst.error
+        out["error"] = {"reason": reason, **({"message": message} if message else {})}
+    return out

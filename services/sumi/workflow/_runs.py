@@ -1,0 +1,150 @@
+"""One execution context of one instance: start, run, answer its step calls, stop, publish.
+
+A run records `InstanceContextStarted` (a new owner token, the Version it picked:
+WF-33) and starts a fresh context meanwhile; it invokes `run` only after that
+commit. Each step call is decided against the engine's fold and answered only
+once its records committed (WF-41). Whatever way the run ends, the context is
+stopped physically first (`ctx.stop()` returns only then), and only after that
+does the run publish sleeping, waiting or a terminal status (WF-46).
+"""
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from sumi.control.state import VersionView
+from sumi.core import ids
+from sumi.queue._runs import sent
+from sumi.runtime import EnvSpec, HostError, Module
+from sumi.runtime.allocation import pick_version
+from sumi.runtime.types import StepRecord, WorkflowInvocation, WorkflowOutcome
+from sumi.workflow import _decide as d
+from sumi.workflow._state import Instance
+
+if TYPE_CHECKING:
+    from sumi.workflow.engine import Engine
+
+log = logging.getLogger("sumi.workflow")
+LIMIT_STOPS = ("cpu_limit", "heap_limit", "wall_limit")
+
+
+def invocation(inst: Instance, class_name: str) -> WorkflowInvocation:
+    completed = {
+        s.name: StepRecord(s.name, s.kind, s.ok, d.doc(s.result), s.error_name, s.error_message)  # type: ignore[arg-type]
+        for s in inst.completed.values()
+    }
+    return WorkflowInvocation(class_name, inst.instance_id, d.doc(inst.params), completed, dict(inst.pending))
+
+
+class ContextRun:
+    def __init__(self, engine: "Engine", key: str, class_name: str, allocation: list[tuple[str, int]]) -> None:
+        self.engine = engine
+        self.key = key
+        self.class_name = class_name
+        self.allocation = allocation
+        self.token = f"own_{ids.new_ulid()}"
+        self.ctx: Any = None
+        self.stopping = False  # asked to stop from outside (terminate, a limit, a delete, shutdown)
+        self.closed = False  # a step call suspended or fenced it: nothing more commits from this context
+        self.after_stop: list[Any] = []
+        self.stopped = asyncio.get_running_loop().create_future()
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def inst(self) -> Instance:
+        return self.engine.instances[self.key]
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    def stop(self, after_stop: list[Any] | None = None) -> None:
+        """Stop the code physically (terminate, a limit, a delete, shutdown); `after_stop` then commits."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.after_stop += after_stop or []
+        if self.ctx is not None:
+            asyncio.ensure_future(self._stop_ctx())
+
+    async def _run(self) -> None:
+        try:
+            outcome = await self._execute()
+        except Exception as exc:  # the runtime failed: the context is gone, a new one replays
+            log.warning("instance %s: %r", self.key, exc)
+            outcome = WorkflowOutcome("stopped", reason="runtime_failed", message=repr(exc))
+        try:
+            await self._stop_ctx()
+            await self.engine.ended(self, outcome)
+        finally:
+            if not self.stopped.done():
+                self.stopped.set_result(None)
+
+    async def _execute(self) -> WorkflowOutcome:
+        inst = self.inst
+        version = pick_version(self.allocation, f"{inst.instance_id}/{inst.contexts + 1}")
+        code = self.engine.control.code(version)
+        if code is None:  # the Version left meanwhile: the instance waits for a usable one
+            return WorkflowOutcome("stopped", reason="no_code")
+        decision = d.start(inst, self.token, version, self.engine.now(), self.engine.limits)
+        committed = self.engine.emit(self.key, decision.records)
+        if inst.owner != self.token:  # the lifetime ended instead (WF-38)
+            await committed
+            return WorkflowOutcome("stopped", reason="not_started")
+        await self._start_ctx(code, committed)
+        if self.stopping:
+            return WorkflowOutcome("stopped", reason="stopped")
+        env = EnvSpec(code.vars, list(code.queue_bindings), list(code.workflow_bindings))
+        result: WorkflowOutcome = await self.ctx.invoke_workflow(invocation(self.inst, self.class_name), env, self.call)
+        return result
+
+    async def _start_ctx(self, code: VersionView, committed: "asyncio.Future[None]") -> None:
+        """A fresh context (never pooled: WF-32), started while the context start commits."""
+        rt = await self.engine.runtime(code.runtime)
+        starting = asyncio.ensure_future(
+            rt.start_context([Module(n, c) for n, c in code.modules], code.main_module, host_call=self.call)
+        )
+        try:
+            await committed
+        finally:
+            self.ctx = await starting
+
+    async def _stop_ctx(self) -> None:
+        ctx = self.ctx
+        if ctx is None:
+            return
+        try:
+            await ctx.stop()
+        except Exception:  # unproven: only the runtime process's exit proves the stop (WF-14, WF-46)
+            log.exception("stopping the context of %s; restarting its runtime", self.key)
+            await self.engine.restart_runtimes()
+
+    # ---- host calls ---------------------------------------------------------------------
+
+    async def call(self, context_id: str, method: str, args: dict[str, Any]) -> Any:
+        code = self.engine.control.code(self.inst.version_uid or "")
+        if method.startswith("workflow."):
+            return await self.engine.bindings.call(code, method, args)
+        if method == "queue.send" and code is not None:  # an effect's send: at least once (WF-41)
+            records = sent(self.engine.control, code, args, self.engine.now(), _new_msg_id)
+            try:
+                await self.engine.emit(self.key, records)
+            except Exception as exc:
+                raise HostError("backend_unavailable", "the messages could not be committed") from exc
+            return None
+        if self.stopping or self.closed:
+            raise HostError("fenced", "this execution context is being stopped")
+        decision = d.call(self.inst, self.token, method, args, self.engine.now(), self.engine.limits)
+        try:
+            await self.engine.emit(self.key, decision.records)
+        except Exception as exc:
+            raise HostError("backend_unavailable", "the step could not be committed") from exc
+        if decision.stop:
+            self.after_stop += decision.after_stop
+            self.closed = True  # no further call commits; the outcome follows, then the stop
+        if decision.error is not None:
+            raise HostError(*decision.error)
+        return decision.reply
+
+
+def _new_msg_id(prefix: str) -> str:
+    return f"{prefix}_{ids.new_ulid()}"

@@ -1,0 +1,189 @@
+"""The fold of one workflow instance's log (pure; the engine keeps one per owned instance).
+
+Everything the engine decides from is here and derived from records alone, so a
+rebuild from the log restores it exactly, timers included: the due time of a
+sleep, a wait timeout, a retry and the retention purge are fields of the fold
+(`next_due`), never something held only in an asyncio task.
+
+Statuses (WF-21): `InstanceCreated` means `queued`; every later status is an
+`InstanceStatusChanged`. Between a failed attempt and its retry the instance stays
+`running` (its run is in progress, no context is alive). A terminal transition
+drops the unmatched events (WF-25) and starts the retention period (WF-47).
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sumi.core import records as r
+
+TERMINAL = frozenset({"complete", "errored", "terminated"})
+
+
+@dataclass(frozen=True)
+class Step:
+    """A completed step (WF-36): replayed with its recorded result, never run again."""
+
+    name: str
+    kind: str
+    ok: bool
+    result: str | None = None  # canonical JSON; None = undefined
+    error_name: str | None = None
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    sequence: int
+    type: str
+    payload: str | None
+    size: int
+
+
+@dataclass(frozen=True)
+class Timer:
+    """A pending sleep, wait or retry: what fires, and when (epoch ms)."""
+
+    kind: str  # sleep | wait | retry
+    name: str
+    due: int
+    event_type: str = ""  # wait
+    attempt: int = 0  # retry: the attempt that runs next
+
+
+@dataclass
+class Instance:
+    workflow_uid: str
+    instance_id: str
+    space: str = ""
+    params: str | None = None
+    created_at: int = 0
+    status: str = "queued"
+    output: str | None = None
+    error: tuple[str, str | None] | None = None  # (reason, message)
+    owner: str | None = None  # the token of the latest context: only it may commit (WF-14, WF-46)
+    contexts: int = 0
+    version_uid: str | None = None
+    completed: dict[str, Step] = field(default_factory=dict)
+    pending: dict[str, str] = field(default_factory=dict)  # unfinished names seen: name -> kind (WF-35)
+    configs: dict[str, str] = field(default_factory=dict)  # do: the first saved retry configuration (WF-37)
+    attempts: dict[str, int] = field(default_factory=dict)  # do: attempts committed so far
+    timer: Timer | None = None
+    events: list[Event] = field(default_factory=list)  # unconsumed, in acceptance order (WF-43)
+    events_bytes: int = 0
+    next_sequence: int = 1
+    terminal_at: int | None = None
+    purged: bool = False
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def steps_used(self) -> int:
+        """Distinct step names begun (WF-38 counts steps, not attempts)."""
+        return len(self.completed) + len(self.pending)
+
+    def next_due(self, retention_ms: int) -> int | None:
+        if self.purged:
+            return None
+        if self.terminal_at is not None:
+            return self.terminal_at + retention_ms
+        return self.timer.due if self.timer is not None else None
+
+    def oldest_event(self, type_: str) -> Event | None:
+        return next((e for e in self.events if e.type == type_), None)
+
+
+def evolve(inst: Instance | None, rec: Any) -> Instance | None:
+    """Fold one instance-log record (in place where an instance exists); None = no instance (unknown or purged)."""
+    if isinstance(rec, r.InstanceCreated):
+        if inst is not None and not inst.purged:
+            return inst  # a re-sent create of a retained ID: the first one stands (WF-19)
+        return Instance(rec.workflowUid, rec.instanceId, rec.space, rec.params, rec.createdAt)
+    if inst is None or inst.purged:
+        return inst
+    _APPLY[type(rec)](inst, rec)
+    return inst
+
+
+def _context_started(inst: Instance, rec: r.InstanceContextStarted) -> None:
+    inst.owner, inst.contexts, inst.version_uid = rec.ownerToken, rec.context, rec.versionUid
+    if inst.timer is not None and inst.timer.kind == "retry":
+        inst.timer = None  # the retry runs in this context
+
+
+def _step(inst: Instance, rec: r.StepAttemptCommitted) -> None:
+    if rec.config is not None:
+        inst.configs.setdefault(rec.name, rec.config)
+    if rec.kind == "do":
+        inst.attempts[rec.name] = rec.attempt
+    if rec.eventSequence is not None:
+        _consume(inst, rec.eventSequence)
+    if rec.final:
+        inst.pending.pop(rec.name, None)
+        inst.completed[rec.name] = Step(rec.name, rec.kind, rec.ok, rec.result, rec.errorName, rec.errorMessage)
+        if inst.timer is not None and inst.timer.name == rec.name:
+            inst.timer = None
+    else:
+        inst.pending[rec.name] = rec.kind
+
+
+def _consume(inst: Instance, sequence: int) -> None:
+    for i, e in enumerate(inst.events):
+        if e.sequence == sequence:
+            del inst.events[i]
+            inst.events_bytes -= e.size
+            return
+
+
+def _sleep(inst: Instance, rec: r.SleepScheduled) -> None:
+    inst.pending[rec.name] = "sleep"
+    inst.timer = Timer("sleep", rec.name, rec.deadline)
+
+
+def _wait(inst: Instance, rec: r.WaitScheduled) -> None:
+    inst.pending[rec.name] = "wait"
+    # The tie rule (WF-43): an event accepted at the deadline itself still wins, so the
+    # timeout fires only after it.
+    inst.timer = Timer("wait", rec.name, rec.deadline + 1, rec.eventType)
+
+
+def _retry(inst: Instance, rec: r.RetryScheduled) -> None:
+    inst.pending[rec.name] = "do"
+    inst.timer = Timer("retry", rec.name, rec.due, attempt=rec.attempt)
+
+
+def _event(inst: Instance, rec: r.EventAccepted) -> None:
+    inst.next_sequence = max(inst.next_sequence, rec.sequence + 1)
+    inst.events.append(Event(rec.sequence, rec.type, rec.payload, rec.size))
+    inst.events_bytes += rec.size
+
+
+def _status(inst: Instance, rec: r.InstanceStatusChanged) -> None:
+    inst.status = rec.status
+    if rec.status in TERMINAL:
+        inst.output = rec.output
+        inst.error = (rec.errorReason, rec.errorMessage) if rec.errorReason is not None else None
+        inst.terminal_at = rec.at
+        inst.timer, inst.owner = None, None
+        inst.events, inst.events_bytes = [], 0  # WF-25
+
+
+def _purged(inst: Instance, rec: Any) -> None:
+    inst.purged = True
+
+
+_APPLY: dict[type, Any] = {
+    r.InstanceContextStarted: _context_started,
+    r.StepAttemptCommitted: _step,
+    r.SleepScheduled: _sleep,
+    r.WaitScheduled: _wait,
+    r.RetryScheduled: _retry,
+    r.EventAccepted: _event,
+    r.InstanceStatusChanged: _status,
+    r.InstancePurged: _purged,
+    r.InstancesPurged: _purged,
+    r.CommandDecided: lambda inst, rec: None,
+}
+
+INSTANCE_RECORDS = tuple(_APPLY) + (r.InstanceCreated,)

@@ -1,0 +1,463 @@
+"""The workflow engine (`sumi serve workflow`): DurableWorkflow instances over the instance log.
+
+Plumbing around the pure core (`_state`, `_decide`):
+- The instance log (topic `workflow`, key `<workflowUid>/<instanceId>`) is the engine's
+  changelog; the engine is its only writer. On start, after its transactional producer
+  has fenced any earlier engine process, it folds every partition to the end
+  (read_committed) and never reads it again: every later record is folded when decided.
+- Commands (topic `workflow.commands`, same key) are read from the group's committed
+  offsets; each is decided against the fold, and its `CommandDecided` goes to the
+  instance log with the facts it decided. The group's offsets are committed after the
+  decisions they cover, never past a command still undecided (a terminate waiting for
+  its context's stop), and decided command IDs are remembered from the log, so a
+  command read twice after a crash is decided once.
+- The control log is read as a global table: Workflows, their worker's allocation,
+  Versions' code and bindings.
+- Durable timers: every due time is a field of the fold (`_decide.next_due`); the engine
+  keeps a heap of them and fires by appending records, so a restart re-arms every sleep,
+  wait timeout, retry and retention purge from the log alone.
+- Each execution context is one `ContextRun` (`_runs`): a new owner token per context,
+  step calls committed before they are answered, the physical stop before any status
+  that depends on it. An engine restart starts a new context for every instance that
+  was running: its new token fences whatever the old process left behind.
+
+One engine owns every partition (its transactional ID fences a restarted copy's
+predecessor), as the queue engine does; scale-out would split partitions by a group.
+"""
+
+import asyncio
+import heapq
+import json
+import logging
+import os
+import time
+from collections import OrderedDict
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from sumi.core import codec, ids
+from sumi.core import records as r
+from sumi.core.config import Settings
+from sumi.core.kafka import shorten_txn_retry
+from sumi.core.problems import Problem
+from sumi.queue._outbox import Outbox
+from sumi.runtime.types import WorkflowOutcome
+from sumi.workflow import _decide as d
+from sumi.workflow import commands as c
+from sumi.workflow._bindings import Bindings
+from sumi.workflow._control import WorkflowControl
+from sumi.workflow._runs import LIMIT_STOPS, ContextRun
+from sumi.workflow._state import Instance, evolve
+
+log = logging.getLogger("sumi.workflow")
+MAX_RUNS = 128  # live contexts at once; more runnable instances wait their turn
+OBSERVE_MS = 1000
+REMEMBERED_COMMANDS = 200_000
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def limits_from_env() -> d.Limits:
+    """SUMI_WORKFLOW_RETENTION_SECONDS (WF-47, default 30 days) and SUMI_WORKFLOW_ALWAYS_REPLAY=1."""
+    env = os.environ
+    return d.Limits(
+        retention_ms=int(env.get("SUMI_WORKFLOW_RETENTION_SECONDS", "2592000")) * 1000,
+        always_replay=env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
+    )
+
+
+class Engine:
+    def __init__(self, settings: Settings, limits: d.Limits | None = None) -> None:
+        self.settings = settings
+        self.limits = limits or limits_from_env()
+        self.instances: dict[str, Instance] = {}
+        self.runs: dict[str, ContextRun] = {}
+        self.control = WorkflowControl()
+        self.bindings = Bindings(self)
+        self.due: list[tuple[int, str]] = []
+        self.armed: dict[str, int] = {}  # the due time each instance has in `due`
+        self.runnable: set[str] = set()
+        self.blocked: set[str] = set()  # runnable, but no usable Version right now
+        self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance]]] = {}
+        self.decided: OrderedDict[str, None] = OrderedDict()
+        self.held: dict[str, tuple[TopicPartition, int]] = {}  # undecided command id -> its offset
+        self.read: dict[TopicPartition, int] = {}  # next offset per commands partition
+        self.reported: set[str] = set()
+        self.observed: dict[str, dict[str, int]] = {}
+        self.wake = asyncio.Event()
+        self.outbox: Outbox | None = None
+        self.last_put: asyncio.Future[None] | None = None
+        self._runtimes: dict[str, Any] = {}
+        self._last_observe = 0
+
+    def now(self) -> int:
+        return now_ms()
+
+    # ---- the fold and the outbox ------------------------------------------------------------
+
+    def fold(self, key: str, rec: Any) -> None:
+        if isinstance(rec, r.CommandDecided):
+            self._remember(rec.commandId)
+            return
+        if isinstance(rec, r.InstancesPurged):
+            return  # the marker after the per-instance purges (WF-13)
+        inst = evolve(self.instances.get(key), rec)
+        if inst is None:
+            return
+        if inst.purged:
+            self.instances.pop(key, None)
+            self.armed.pop(key, None)
+            return
+        self.instances[key] = inst
+        due = d.next_due(inst, self.limits)
+        if due is not None and self.armed.get(key) != due:  # one heap entry per due time, not per record
+            self.armed[key] = due
+            heapq.heappush(self.due, (due, key))
+
+    def emit(self, key: str, records: list[Any]) -> "asyncio.Future[None]":
+        """Fold now, commit in order; the future resolves once the transaction holding them committed."""
+        outs: list[tuple[str, str, Any]] = []
+        for rec in records:
+            if isinstance(rec, r.CommandSubmitted):  # to the control plane (observe, report)
+                outs.append((self.settings.topic("commands"), rec.space, rec))
+                continue
+            if isinstance(rec, r.MessageAccepted):  # a queue binding's send from a run
+                outs.append((self.settings.topic("queue"), rec.queueUid, rec))
+                continue
+            self.fold(key, rec)
+            outs.append((self.settings.topic("workflow"), key, rec))
+        assert self.outbox is not None
+        fut = self.outbox.put(outs)
+        if outs:
+            self.last_put = fut
+        return fut
+
+    def _remember(self, command_id: str) -> None:
+        self.decided[command_id] = None
+        if len(self.decided) > REMEMBERED_COMMANDS:
+            self.decided.popitem(last=False)
+
+    def control_command(self, kind: str, space: str, payload: dict[str, Any]) -> r.CommandSubmitted:
+        return r.CommandSubmitted(
+            ids.new_ulid(), kind, space, "sumi-workflow", True, json.dumps(payload, sort_keys=True), now_ms()
+        )
+
+    # ---- commands ------------------------------------------------------------------------------
+
+    def command(self, message: Any) -> None:
+        tp = TopicPartition(message.topic, message.partition)
+        self.read[tp] = message.offset + 1
+        try:
+            rec = codec.decode(message.value)
+        except ValueError as exc:
+            log.warning("skipping an undecodable command at %s@%d: %s", tp, message.offset, exc)
+            return
+        if not isinstance(rec, r.CommandSubmitted) or rec.commandId in self.decided:
+            return
+        caller = d.Caller(rec.commandId, rec.space, rec.principal, rec.kind)
+        now = self.now()
+        try:
+            cmd = c.decode(rec.kind, rec.payload)
+        except Problem as problem:
+            self.emit(message.key.decode() if message.key else rec.space, [d.rejected(caller, now, problem)])
+            return
+        key = c.key_of(cmd)
+        if isinstance(cmd, c.TerminateInstance) and key in self.runs and self.instances[key].owner is not None:
+            self.held[rec.commandId] = (tp, message.offset)
+            self.terminates.setdefault(key, []).append((caller, cmd))
+            self.runs[key].stop()  # WF-26: decided once the context has physically stopped
+            return
+        self.apply(key, self.decide(key, cmd, caller, now))
+
+    def decide(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller, now: int) -> d.Decision:
+        inst = self.instances.get(key)
+        if isinstance(cmd, c.CreateInstance):
+            return d.create(inst, cmd, self.control.view(cmd.workflow_uid), caller, now)
+        if self.control.view(cmd.workflow_uid).closed:
+            inst = None  # a Workflow being deleted takes no events (WF-13)
+        if isinstance(cmd, c.SendEvent):
+            return d.event(inst, cmd, caller, now, self.limits, key in self.runs)
+        return d.terminate(inst, cmd, caller, now, key in self.runs)
+
+    def apply(self, key: str, decision: d.Decision) -> "asyncio.Future[None]":
+        fut = self.emit(key, decision.records)
+        if decision.runnable:
+            self.runnable.add(key)
+            self.wake.set()
+        return fut
+
+    def offsets(self) -> dict[TopicPartition, int]:
+        """How far the group may commit: never past a command that is still undecided."""
+        out = dict(self.read)
+        for tp, offset in self.held.values():
+            out[tp] = min(out.get(tp, offset), offset)
+        return out
+
+    # ---- runs ------------------------------------------------------------------------------
+
+    async def ended(self, run: ContextRun, outcome: WorkflowOutcome) -> None:
+        """The context of `run` has physically stopped: publish what follows from it."""
+        key, now = run.key, self.now()
+        self.runs.pop(key, None)
+        inst = self.instances.get(key)
+        futures = []
+        if inst is not None and inst.owner == run.token:
+            futures.append(self.apply(key, self._after(run, inst, outcome, now)))
+        elif inst is not None and outcome.reason == "no_code":
+            self.blocked.add(key)
+        for caller, cmd in self.terminates.pop(key, []):
+            self.held.pop(caller.command_id, None)
+            futures.append(self.apply(key, self.decide(key, cmd, caller, now)))
+        inst = self.instances.get(key)
+        if inst is not None and d.needs_context(inst, now):
+            self.runnable.add(key)
+        self.wake.set()
+        for fut in futures:
+            await fut
+
+    def _after(self, run: ContextRun, inst: Instance, outcome: WorkflowOutcome, now: int) -> d.Decision:
+        if run.after_stop:  # a Host limit (WF-38)
+            return d.Decision(run.after_stop)
+        if run.stopping:  # terminate, delete or shutdown: whoever stopped it decides
+            return d.Decision()
+        if outcome.kind == "stopped":
+            if outcome.reason in LIMIT_STOPS:
+                return d.outcome(inst, "errored", now, reason="run_threw", message=f"{outcome.reason}")
+            return d.Decision(runnable=True)  # the process went away: a new context replays
+        return d.outcome(inst, outcome.kind, now, outcome.output, outcome.reason, outcome.message)
+
+    def _start_runs(self, now: int) -> None:
+        for key in sorted(self.runnable):
+            if len(self.runs) >= MAX_RUNS:
+                return
+            self.runnable.discard(key)
+            inst = self.instances.get(key)
+            if key in self.runs or inst is None or not d.needs_context(inst, now):
+                continue
+            wf = self.control.workflow(inst.workflow_uid)
+            allocation = self.control.allocation(wf) if wf is not None and wf.state != "deleting" else []
+            if wf is None or not allocation:
+                self.blocked.add(key)  # no usable Version: it runs once the control log gives one
+                continue
+            run = ContextRun(self, key, wf.class_name, allocation)
+            self.runs[key] = run
+            run.start()
+
+    async def runtime(self, kind: str) -> Any:
+        if kind not in self._runtimes:
+            from sumi.runtime import JsRuntime, PyRuntime
+
+            rt = JsRuntime() if kind == "javascript" else PyRuntime()
+            await rt.start()
+            self._runtimes[kind] = rt
+        return self._runtimes[kind]
+
+    async def restart_runtimes(self) -> None:
+        """A stop the runtime did not confirm is proven the only certain way: its process exits."""
+        runtimes, self._runtimes = list(self._runtimes.values()), {}
+        for rt in runtimes:
+            await rt.close()
+
+    # ---- the scheduler ---------------------------------------------------------------------
+
+    def step(self) -> int | None:
+        """Decide everything that is due now; return when to look again."""
+        now = self.now()
+        while self.due and self.due[0][0] <= now:
+            at, key = heapq.heappop(self.due)
+            if self.armed.get(key) == at:
+                del self.armed[key]
+            inst = self.instances.get(key)
+            due = d.next_due(inst, self.limits) if inst is not None else None
+            if inst is None or due is None or due > now:
+                continue  # stale: the instance moved on (its current due time has its own entry)
+            decision = d.due(inst, now, self.limits, key in self.runs)
+            if decision.stop and key in self.runs:
+                self.runs[key].stop(decision.after_stop)
+            self.apply(key, decision)
+        self._deletes()
+        if now - self._last_observe >= OBSERVE_MS:
+            self._last_observe = now
+            self._observe()
+        self._start_runs(now)
+        return self.due[0][0] if self.due else None
+
+    def _deletes(self) -> None:
+        """WF-13, WF-14: intake closed, contexts stopped, then every instance purged and the delete reported."""
+        for wf in self.control.workflows():
+            op = self.control.deleting(wf.uid) if wf.state == "deleting" else None
+            if op is None or op in self.reported:
+                continue
+            keys = [k for k, inst in self.instances.items() if inst.workflow_uid == wf.uid]
+            live = [k for k in keys if k in self.runs]
+            for k in live:
+                self.runs[k].stop()
+            if live:
+                continue  # reported once every context is confirmed stopped
+            now = self.now()
+            for k in keys:
+                inst = self.instances[k]
+                self.emit(k, [r.InstancePurged(wf.uid, inst.instance_id, now)])
+            report = {"operationId": op, "outcome": "succeeded", "effect": "complete"}
+            self.emit(
+                wf.uid,
+                [r.InstancesPurged(wf.uid, now, op), self.control_command("operation.report", wf.space, report)],
+            )
+            self.reported.add(op)
+
+    def _observe(self) -> None:
+        """WF-9: instance counts per status, reported to the control plane when they change."""
+        counts: dict[str, dict[str, int]] = {}
+        for inst in self.instances.values():
+            per = counts.setdefault(inst.workflow_uid, dict.fromkeys(STATUSES, 0))
+            per[inst.status] += 1
+        for wf in self.control.workflows():
+            if wf.state == "deleting":
+                continue
+            per = counts.get(wf.uid, dict.fromkeys(STATUSES, 0))
+            if self.observed.get(wf.uid) != per:
+                self.observed[wf.uid] = per
+                payload = {"uid": wf.uid, "observed": {"instanceCounts": per}}
+                self.emit(wf.uid, [self.control_command("resource.observe", wf.space, payload)])
+
+    async def schedule(self) -> None:
+        while True:
+            wake_at = self.step()
+            timeout = 0.5 if wake_at is None else min(0.5, max(0.001, (wake_at - now_ms()) / 1000))
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout)
+            except TimeoutError:
+                pass
+            self.wake.clear()
+
+    # ---- reading the logs ------------------------------------------------------------------
+
+    async def _open(self, topic: str, group: str | None = None) -> tuple[AIOKafkaConsumer, dict[TopicPartition, int]]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            group_id=group,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=100 if group else 500,
+            max_partition_fetch_bytes=4 << 20,
+        )
+        await consumer.start()
+        parts = None
+        for _ in range(100):
+            parts = consumer.partitions_for_topic(topic)
+            if parts:
+                break
+            await consumer._client.force_metadata_update()
+            await asyncio.sleep(0.1)
+        if not parts:
+            raise RuntimeError(f"topic {topic} has no partitions")
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        if group is None:
+            await consumer.seek_to_beginning(*tps)
+        return consumer, await consumer.end_offsets(tps)
+
+    async def _catch_up(self, consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int], fold: Any) -> None:
+        while await _behind(consumer, ends):
+            for messages in (await consumer.getmany(timeout_ms=200, max_records=5000)).values():
+                for m in messages:
+                    fold(m)
+
+    def _fold_log(self, m: Any) -> None:
+        self.fold(m.key.decode(), codec.decode(m.value))
+
+    def _fold_control(self, m: Any) -> None:
+        self.control.fold(codec.decode(m.value))
+
+    async def _follow_control(self, consumer: AIOKafkaConsumer) -> None:
+        while True:
+            batch = await consumer.getmany(timeout_ms=200, max_records=5000)
+            for messages in batch.values():
+                for m in messages:
+                    self._fold_control(m)
+            if batch:
+                self.runnable |= self.blocked
+                self.blocked.clear()
+                self.wake.set()
+
+    async def _follow_commands(self, consumer: AIOKafkaConsumer) -> None:
+        while True:
+            batch = await consumer.getmany(timeout_ms=200, max_records=1000)
+            for messages in batch.values():
+                for m in messages:
+                    self.command(m)
+            if batch:
+                self.wake.set()
+
+    async def _commit_offsets(self, consumer: AIOKafkaConsumer) -> None:
+        """The group's offsets, committed after the decisions they cover (in order, so the last
+        transaction put before them is enough to wait for)."""
+        committed: dict[TopicPartition, int] = {}
+        while True:
+            await asyncio.sleep(0.2)
+            offsets = {tp: o for tp, o in self.offsets().items() if committed.get(tp) != o}
+            if not offsets:
+                continue
+            if self.last_put is not None:
+                await asyncio.shield(self.last_put)
+            await consumer.commit(offsets)
+            committed.update(offsets)
+
+    async def run(self) -> None:
+        shorten_txn_retry()
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            transactional_id=f"{self.settings.topic_prefix}-workflow-engine",
+            enable_idempotence=True,
+            linger_ms=0,
+        )
+        await producer.start()  # fences and aborts whatever an earlier engine left open
+        log_reader, log_ends = await self._open(self.settings.topic("workflow"))
+        control_reader, control_ends = await self._open(self.settings.topic("control"))
+        group = f"{self.settings.topic_prefix}-workflow-engine"
+        commands, _ = await self._open(self.settings.topic("workflow.commands"), group)
+        try:
+            await self._catch_up(control_reader, control_ends, self._fold_control)
+            await self._catch_up(log_reader, log_ends, self._fold_log)
+            await log_reader.stop()
+            log.info("workflow engine rebuilt: %d instances", len(self.instances))
+            self.outbox = Outbox(producer, self.settings.partitions)
+            outbox = asyncio.create_task(self.outbox.run())
+            now = self.now()
+            self.runnable = {k for k, inst in self.instances.items() if d.needs_context(inst, now)}
+            await asyncio.gather(
+                outbox,
+                self.schedule(),
+                self._follow_commands(commands),
+                self._commit_offsets(commands),
+                self._follow_control(control_reader),
+            )
+        finally:
+            for run in list(self.runs.values()):
+                run.stop()
+            for rt in self._runtimes.values():
+                await rt.close()
+            await commands.stop()
+            await control_reader.stop()
+            await producer.stop()
+
+
+STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
+
+
+async def _behind(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:
+    for tp, end in ends.items():
+        if await consumer.position(tp) < end:
+            return True
+    return False
+
+
+async def serve(settings: Settings) -> None:
+    await Engine(settings).run()
+
+
+__all__ = ["Engine", "serve"]

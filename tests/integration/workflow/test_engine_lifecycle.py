@@ -1,0 +1,149 @@
+"""Terminate, retention, delete, bindings and a Python workflow, on the real broker."""
+
+import json
+import uuid
+
+import pytest
+
+from sumi.core import codec
+from sumi.core import records as r
+from sumi.core.config import Settings
+from sumi.workflow import _decide as d
+from sumi.workflow import commands as c
+from tests.hostkit import new_settings
+from tests.integration.workflow.engine_kit import SPACE, engine_bench, reader, until
+
+pytestmark = pytest.mark.integration
+
+LONG = """
+export class Flow {
+  async run(event, step) {
+    await step.do('forever', async () => { await new Promise((resolve) => setTimeout(resolve, 60000)); });
+    return {};
+  }
+}
+"""
+
+QUICK = """
+export class Flow {
+  constructor(env) { this.env = env; }
+  async run(event, step) {
+    if (event.params && event.params.child) return { child: true };
+    const child = await step.do('spawn', async () => {
+      const inst = await this.env.SELF.create({ params: { child: true } });
+      return { id: inst.id };
+    });
+    return { spawned: typeof child.id };
+  }
+}
+"""
+
+ONE = """
+export class Flow { async run(event, step) { return { one: 1 }; } }
+"""
+
+PY = """
+class Flow:
+    def __init__(self, env):
+        self.env = env
+
+    async def run(self, event, step):
+        a = await step.do("a", lambda: {"v": event["params"]["n"] * 2})
+        await step.sleep("nap", 0)
+        return {"v": a["v"]}
+"""
+
+
+def new(kafka_bootstrap: str, database_url: str) -> Settings:
+    return new_settings(kafka_bootstrap, database_url)
+
+
+async def test_terminate_is_answered_after_the_physical_stop(kafka_bootstrap: str, database_url: str) -> None:
+    # WF-26, WF-46
+    async with engine_bench(new(kafka_bootstrap, database_url)) as (b, _):
+        await b.deploy(LONG)
+        assert (await b.create("t1")).accepted
+        await until(lambda: b.log.of("t1", r.InstanceContextStarted), 60)
+        answer = await b.decided(c.TerminateInstance(b.workflow_uid, "t1"))
+        assert (answer.accepted, json.loads(answer.result or "")) == (True, {"id": "t1", "status": "terminated"})
+        assert b.log.status("t1") == "terminated" and b.log.of("t1", r.StepAttemptCommitted) == []
+        again = await b.decided(c.TerminateInstance(b.workflow_uid, "t1"))  # already terminal: success
+        assert again.accepted and json.loads(again.result or "")["status"] == "terminated"
+        late = await b.event("t1", "x")
+        assert json.loads(late.problem or "")["code"] == "instance_terminal"  # WF-23
+
+
+async def test_retention_purges_terminal_instances_by_a_durable_timer(kafka_bootstrap: str, database_url: str) -> None:
+    # WF-47 (the period is a setting; here 2 s), WF-20
+    async with engine_bench(new(kafka_bootstrap, database_url), d.Limits(retention_ms=2000)) as (b, engine):
+        await b.deploy(ONE)
+        assert (await b.create("r1")).accepted
+        await b.status("r1", "complete")
+        await until(lambda: b.log.of("r1", r.InstancePurged), 30)
+        assert f"{b.workflow_uid}/r1" not in engine.instances
+        unknown = await b.event("r1", "x")
+        assert json.loads(unknown.problem or "")["code"] == "unknown_instance"
+        assert (await b.create("r1")).accepted  # the ID may be used again once purged
+
+
+async def test_a_binding_creates_instances_from_a_run(kafka_bootstrap: str, database_url: str) -> None:
+    # WF-18, WF-19 (an omitted ID is issued by the Host)
+    async with engine_bench(new(kafka_bootstrap, database_url)) as (b, engine):
+        wf = await b.deploy(QUICK, binding="SELF")
+        assert (await b.create("parent")).accepted
+        assert await b.status("parent", "complete", "errored") == "complete"
+        children = [x for x in b.log.records if isinstance(x, r.InstanceCreated) and x.instanceId != "parent"]
+        assert len(children) == 1 and children[0].params == '{"child":true}' and children[0].workflowUid == wf
+        await b.status(children[0].instanceId, "complete")
+        assert engine.instances[f"{wf}/{children[0].instanceId}"].output == '{"child":true}'
+
+
+async def test_a_python_workflow_runs_through_the_same_engine(kafka_bootstrap: str, database_url: str) -> None:
+    # WF-29, WF-36, WF-42 (python runtime, representative)
+    async with engine_bench(new(kafka_bootstrap, database_url)) as (b, _):
+        await b.deploy(PY, runtime="python")
+        assert (await b.create("py1", {"n": 21})).accepted
+        assert await b.status("py1", "complete", "errored", timeout=90) == "complete"
+        (done,) = [x for x in b.log.of("py1", r.InstanceStatusChanged) if x.status == "complete"]
+        assert done.output == '{"v":42}'
+
+
+async def test_delete_stops_purges_and_reports(kafka_bootstrap: str, database_url: str) -> None:
+    # WF-13, WF-14, WF-15
+    settings = new(kafka_bootstrap, database_url)
+    async with engine_bench(settings) as (b, engine):
+        wf = await b.deploy(LONG)
+        for iid in ("d1", "d2"):
+            assert (await b.create(iid)).accepted
+        await until(lambda: all(b.log.of(i, r.InstanceContextStarted) for i in ("d1", "d2")), 60)
+        op = f"op_{uuid.uuid4().hex[:8]}"
+        now = 1
+        await b._send("control", SPACE, r.OperationStarted(op, "delete", SPACE, wf, 2, "alice", now))
+        await b._send("control", SPACE, r.OperationStateChanged(op, SPACE, "running", "none", now))
+        await b._send("control", SPACE, r.ResourceStateChanged(wf, SPACE, "deleting", now))
+        await until(lambda: [x for x in b.log.records if isinstance(x, r.InstancesPurged)], 60)
+        assert {x.instanceId for x in b.log.records if isinstance(x, r.InstancePurged)} == {"d1", "d2"}
+        assert not engine.runs and not [k for k in engine.instances if k.startswith(wf)]
+        assert [x for x in b.log.records if isinstance(x, r.StepAttemptCommitted)] == []  # stopped, not finished
+        report = await _report(settings, op)
+        assert report["outcome"] == "succeeded"
+        refused = await b.create("d3")
+        assert json.loads(refused.problem or "")["code"] == "not_found"  # intake closed
+
+
+async def _report(settings: Settings, op: str) -> dict[str, object]:
+    """The engine's operation.report for `op`, read from the control command topic."""
+    consumer = reader(settings, "commands")
+    await consumer.start()
+    try:
+        for _ in range(200):
+            for messages in (await consumer.getmany(timeout_ms=200)).values():
+                for m in messages:
+                    rec = codec.decode(m.value)
+                    if isinstance(rec, r.CommandSubmitted) and rec.kind == "operation.report":
+                        payload: dict[str, object] = json.loads(rec.payload)
+                        if payload["operationId"] == op:
+                            return payload
+        raise TimeoutError("no report")
+    finally:
+        await consumer.stop()

@@ -1,0 +1,110 @@
+"""What only JavaScript can get wrong in a workflow run: realms, descriptors, getters, Promises."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from workflow_testkit import REJECT, StepHost, Workflows, done, failed, invocation, js_run
+
+from sumi.runtime import JsRuntime
+
+
+@pytest.fixture(scope="module")
+async def wf() -> AsyncIterator[Workflows]:
+    runtime = JsRuntime()
+    await runtime.start()
+    yield Workflows("js", runtime)
+    await runtime.close()
+
+
+async def test_step_errors_have_a_read_only_hidden_name_and_this_realms_prototype(wf: Workflows) -> None:  # WF-44
+    run = await wf.run(
+        js_run("""
+          const out = {};
+          for (const [key, call] of [['replayed', () => step.do('old', () => ({}))],
+                                     ['live', () => step.do('new', () => { throw new Error('x'); })]]) {
+            try { await call(); } catch (e) {
+              const d = Object.getOwnPropertyDescriptor(e, 'name');
+              let assigned = true;
+              try { e.name = 'other'; } catch { assigned = false; }
+              out[key] = { own: d !== undefined, writable: d.writable, enumerable: d.enumerable,
+                           configurable: d.configurable, name: e.name, assigned,
+                           isError: e instanceof Error, proto: Object.getPrototypeOf(e) === Error.prototype };
+            }
+          }
+          return out;"""),
+        "",
+        invocation(completed=(failed("old"),)),
+        host=StepHost(steps={"new": REJECT}),
+    )
+    expected = {
+        "own": True,
+        "writable": False,
+        "enumerable": False,
+        "configurable": False,
+        "name": "step_failed",
+        "assigned": False,
+        "isError": True,
+        "proto": True,
+    }
+    assert run.outcome.output == {"replayed": expected, "live": expected}, run.outcome
+
+
+async def test_values_handed_to_run_belong_to_the_worker_realm(wf: Workflows) -> None:  # WF-29, WF-32
+    run = await wf.run(
+        js_run("""
+          const a = await step.do('a', () => ({}));
+          const b = await step.do('b', () => ({ v: [1] }));
+          const isPlain = (v) => Object.getPrototypeOf(v) === Object.prototype;
+          return { event: isPlain(event), params: isPlain(event.params), a: isPlain(a), b: isPlain(b),
+                   arr: Array.isArray(b.v) && Object.getPrototypeOf(b.v) === Array.prototype,
+                   frozenStep: Object.isFrozen(step), env: Object.isFrozen(this.env) };"""),
+        "",
+        invocation({"p": 1}, completed=(done("a", result={"x": 1}),)),
+    )
+    assert run.outcome.output == {
+        "event": True,
+        "params": True,
+        "a": True,
+        "b": True,
+        "arr": True,
+        "frozenStep": True,
+        "env": True,
+    }, run.outcome
+
+
+async def test_effect_results_and_run_output_never_run_getters_or_to_json(wf: Workflows) -> None:  # DOC-4
+    host = StepHost(steps={"getter": REJECT})
+    run = await wf.run(
+        js_run(
+            """
+          try {
+            await step.do('getter', () => ({ get g() { counts.getter++; return 1; } }));
+          } catch {}
+          const v = await step.do('tojson', () => ({ a: { toJSON() { counts.toJSON++; return 'x'; } }.toJSON && 1 }));
+          return { counts, v, out: { toJSON() { counts.toJSON++; return {}; } } && 2 };""",
+            prelude="const counts = { getter: 0, toJSON: 0 };",
+        ),
+        "",
+        host=host,
+    )
+    assert run.outcome.kind == "complete", run.outcome
+    assert run.outcome.output == {"counts": {"getter": 0, "toJSON": 0}, "v": {"a": 1}, "out": 2}
+    assert host.calls[0][1]["error"]["name"] == "TypeError"
+
+
+async def test_run_output_with_to_json_is_not_a_document(wf: Workflows) -> None:  # DOC-3, DOC-4, WF-30
+    run = await wf.run(js_run("return { toJSON() { return {}; } };"), "")
+    assert (run.outcome.kind, run.outcome.reason) == ("errored", "run_threw"), run.outcome
+
+
+async def test_patched_intrinsics_do_not_change_provenance(wf: Workflows) -> None:  # WF-44, WF-45
+    run = await wf.run(
+        js_run("""
+          WeakSet.prototype.has = () => true;
+          Promise.prototype.then = function () { throw new Error('patched'); };
+          throw Object.assign(new Error('fake'), { name: 'step_failed' });"""),
+        "",
+    )
+    assert (run.outcome.kind, run.outcome.reason) == ("errored", "run_threw"), run.outcome
