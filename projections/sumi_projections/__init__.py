@@ -1,7 +1,7 @@
 """Projections: stream processors that fold topics into Postgres read models."""
 
 from sumi.core.config import Settings
-from sumi_projections import control, quarantine, queue
+from sumi_projections import control, quarantine, queue, workflow
 from sumi_projections._migrate import drop, migrate
 from sumi_projections._runner import ProjectionRunner, run_all
 
@@ -11,6 +11,7 @@ def runners(settings: Settings) -> list[ProjectionRunner]:
         ProjectionRunner(settings, "control", settings.topic("control"), control.apply),
         ProjectionRunner(settings, "queue", settings.topic("queue"), queue.apply),
         ProjectionRunner(settings, "quarantine", settings.topic("quarantine"), quarantine.apply),
+        ProjectionRunner(settings, "workflow", settings.topic("workflow"), workflow.apply),
     ]
 
 

@@ -2,7 +2,6 @@
 
 import asyncio
 import hashlib
-import json
 import secrets
 import time
 from pathlib import Path
@@ -11,8 +10,8 @@ import psycopg
 from aiokafka import AIOKafkaProducer
 
 from sumi.core import codec, ids
+from sumi.core.commands import TokenCreate, submitted
 from sumi.core.config import Settings
-from sumi.core.records import CommandSubmitted
 from sumi.core.topics import ADMIN_KEY, ensure_topics, partition_for
 from sumi_projections import migrate
 
@@ -48,9 +47,13 @@ async def issue_admin_token(settings: Settings, token: str, timeout: float = 60.
         producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True)
         await producer.start()
         try:
-            payload = {"principal": "admin", "grants": [], "admin": True, "tokenHash": token_hash}
-            cmd = CommandSubmitted(
-                command_id, "token.create", "", "admin", True, json.dumps(payload), int(time.time() * 1000)
+            cmd = submitted(
+                TokenCreate(principal="admin", admin=True, token_hash=token_hash),
+                command_id=command_id,
+                space="",
+                principal="admin",
+                admin=True,
+                now=int(time.time() * 1000),
             )
             await producer.send_and_wait(
                 settings.topic("commands"),

@@ -154,9 +154,16 @@ def _up(state: Path, signals: StopSignals, started: float) -> int:
         say("sumi: stopping…")
         if supervisor is not None:
             supervisor.stop()
-        for part in reversed(parts):
+        services = time.monotonic()
+        for part in parts:
+            part.terminate()
+        for part in parts:
             part.stop()
-        say(f"sumi: stopped in {time.monotonic() - stopping:.1f}s")
+        done = time.monotonic()
+        say(
+            f"sumi: stopped in {done - stopping:.1f}s"
+            f" (services {services - stopping:.1f}s, parts {done - services:.1f}s)"
+        )
     return 0
 
 

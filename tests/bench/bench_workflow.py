@@ -25,8 +25,8 @@ import time
 import uuid
 from typing import Any
 
-from sumi.core import records as r
-from sumi.workflow import commands as c
+from sumi.core import records as r  # noqa: E402
+from sumi.workflow import commands as c  # noqa: E402
 from tests.hostkit import new_settings
 from tests.integration.workflow.engine_kit import Bench, engine_bench, engine_process
 

@@ -176,7 +176,7 @@ async def test_put_allows_only_the_same_spec(api: Api) -> None:  # WF-11, WF-16
     assert (await api.get(uid)).json()["generation"] == 2
 
 
-async def test_delete_is_blocked_by_any_version_binding(api: Api) -> None:  # WF-12, WF-15, WF-17
+async def test_delete_is_blocked_by_any_version_binding(api: Api) -> None:  # WF-12, WF-13, WF-15
     w = await api.worker(source=FLOW_JS, handlers=())
     uid = await api.create("wf-e", WORKFLOW, spec(w))
     bound = await api.version(w, FLOW_JS, workflow_bindings={"FLOW": uid})  # not weighted
@@ -184,9 +184,8 @@ async def test_delete_is_blocked_by_any_version_binding(api: Api) -> None:  # WF
     assert bound in body["detail"]
     assert (await api.get(uid)).json()["state"] == "active"
     await api.done(await api.delete(bound))
-    r = await api.delete(uid)
-    assert r.status_code == 202, r.text
-    assert (await api.get(uid)).json()["state"] == "deleting"
-    assert_problem(await api.delete(uid), 409, "resource_busy")  # a short-lived concurrent change
+    op = await api.done(await api.delete(uid))  # awaited until the engine has purged (WF-13)
+    assert op["effect"] == "complete"
+    assert_problem(await api.get(uid), 404, "not_found")
     # WF-15: nothing else goes with it.
     assert (await api.get(w)).status_code == 200

@@ -23,6 +23,8 @@ PURE = sorted(
         *PACKAGE.glob("*/_decide.py"),
         *PACKAGE.glob("*/_state.py"),
         PACKAGE / "control" / "state.py",
+        PACKAGE / "core" / "commands.py",  # the typed commands the decisions read
+        PACKAGE / "core" / "canonical.py",
         PACKAGE / "queue" / "_batching.py",
         *PACKAGE.glob("control/forms/*.py"),
     }

@@ -4,51 +4,86 @@ Every command ends in exactly one CommandDecided, the reply the gateway waits
 for. Accepted resource commands also start an Operation and ask for an
 `operation.apply` follow-up, so that an Operation is visibly pending before it
 runs and a crash between the two steps is resumed from the log (QC-48).
+
+A command's payload is decoded once (`sumi.core.commands`) into its typed
+command; one that does not decode is rejected `invalid_request`. Nothing a single
+command holds may stop the processor: an unexpected error while deciding it is
+logged and the command rejected, and the processor goes on with the next one.
 """
 
-import json
-from collections.abc import Callable
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from sumi.control.forms import FORMS
-from sumi.control.forms._base import NAME_RE
+from sumi.control.forms._base import NAME_RE, ResourceView
 from sumi.control.forms.durable_workflow import observations as workflow_observations
 from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
 from sumi.control.forms.worker_deployment import active_deployment
 from sumi.control.forms.worker_version import worker_of
-from sumi.control.state import ControlState, SpaceState, evolve
+from sumi.control.state import ControlState, OperationView, SpaceState, evolve
+from sumi.core import commands as c
 from sumi.core import ids
 from sumi.core import records as r
+from sumi.core.canonical import canonical
 from sumi.core.problems import FieldError, Problem
+
+log = logging.getLogger(__name__)
+
+Records = list[r.ControlRecord]
 
 
 @dataclass
 class Decision:
-    events: list[Any] = field(default_factory=list)
+    events: Records = field(default_factory=list)
     followups: list[r.CommandSubmitted] = field(default_factory=list)
 
 
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def decide(state: ControlState, cmd: r.CommandSubmitted, now: int) -> Decision:
-    handler = _HANDLERS.get(cmd.kind)
-    if handler is None:
-        return _reject(cmd, now, Problem("invalid_request", f"unknown command kind {cmd.kind}"))
     try:
-        decision = handler(state, cmd, json.loads(cmd.payload), now)
+        decision = _decide(state, cmd, c.decode(cmd.kind, cmd.payload), now)
+        if cmd.kind.startswith(("resource.", "operation.")) and cmd.space in state.spaces:
+            decision.events = _observe_workers(state.space(cmd.space), decision.events, now)
+            decision.events = _observe_workflows(state.space(cmd.space), decision.events, now)
     except Problem as problem:
         return _reject(cmd, now, problem)
-    if cmd.kind.startswith(("resource.", "operation.")) and cmd.space in state.spaces:
-        decision.events = _observe_workers(state.space(cmd.space), decision.events, now)
-        decision.events = _observe_workflows(state.space(cmd.space), decision.events, now)
+    except Exception as exc:  # a bug or an input no rule foresaw: this command fails, not the processor
+        log.exception("command %s (%s) could not be decided", cmd.commandId, cmd.kind)
+        return _reject(cmd, now, Problem("backend_unavailable", f"the command could not be decided: {exc!r}"))
     return decision
 
 
+def _decide(state: ControlState, cmd: r.CommandSubmitted, command: c.Command, now: int) -> Decision:
+    match command:
+        case c.SpaceCreate():
+            return _space_create(state, cmd, command, now)
+        case c.SpaceDelete():
+            return _space_delete(state, cmd, command, now)
+        case c.TokenCreate():
+            return _token_create(state, cmd, command, now)
+        case c.TokenRevoke():
+            return _token_revoke(state, cmd, command, now)
+        case c.ResourceCreate():
+            return _resource_create(state, cmd, command, now)
+        case c.ResourceUpdate():
+            return _resource_update(state, cmd, command, now)
+        case c.ResourceDelete():
+            return _resource_delete(state, cmd, command, now)
+        case c.OperationApply():
+            return _operation_apply(state, cmd, command, now)
+        case c.OperationReport():
+            return _operation_report(state, cmd, command, now)
+        case c.ResourceObserve():
+            return _resource_observe(state, cmd, command, now)
+
+
 def _decided(
-    cmd: r.CommandSubmitted, now: int, status: int, *, operation_id: str | None = None, result: Any = None
+    cmd: r.CommandSubmitted,
+    now: int,
+    status: int,
+    *,
+    operation_id: str | None = None,
+    result: Mapping[str, str | int] | None = None,
 ) -> r.CommandDecided:
     return r.CommandDecided(
         commandId=cmd.commandId,
@@ -85,17 +120,17 @@ def _reject(cmd: r.CommandSubmitted, now: int, problem: Problem) -> Decision:
 # ---- Spaces and tokens -----------------------------------------------------------------------
 
 
-def _space_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
-    name = args["name"]
-    if not isinstance(name, str) or not NAME_RE.match(name):
+def _space_create(state: ControlState, cmd: r.CommandSubmitted, args: c.SpaceCreate, now: int) -> Decision:
+    name = args.name
+    if not NAME_RE.match(name):
         raise Problem("invalid_request", "a Space name matches ^[a-z0-9][a-z0-9-]{0,62}$")
     if state.space_exists(name):
         raise Problem("name_conflict", f"Space {name} exists")
     return Decision([r.SpaceCreated(name, now), _decided(cmd, now, 201, result={"name": name, "createdAt": now})])
 
 
-def _space_delete(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
-    name = args["name"]
+def _space_delete(state: ControlState, cmd: r.CommandSubmitted, args: c.SpaceDelete, now: int) -> Decision:
+    name = args.name
     if not state.space_exists(name):
         raise Problem("not_found", f"no Space {name}")
     if state.space(name).resources:
@@ -103,21 +138,21 @@ def _space_delete(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, 
     return Decision([r.SpaceDeleted(name, now), _decided(cmd, now, 204)])
 
 
-def _token_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
-    missing = [g["space"] for g in args["grants"] if not state.space_exists(g["space"])]
+def _token_create(state: ControlState, cmd: r.CommandSubmitted, args: c.TokenCreate, now: int) -> Decision:
+    missing = [g.space for g in args.grants if not state.space_exists(g.space)]
     if missing:
         raise Problem("invalid_request", f"grant names a Space that does not exist: {missing[0]}")
-    grants = tuple({"space": g["space"], "role": g["role"]} for g in args["grants"])
+    grants = tuple({"space": g.space, "role": g.role} for g in args.grants)
     return Decision(
         [
-            r.TokenIssued(args["principal"], args["tokenHash"], bool(args["admin"]), now, grants),
-            _decided(cmd, now, 201, result={"principal": args["principal"]}),
+            r.TokenIssued(args.principal, args.token_hash, args.admin, now, grants),
+            _decided(cmd, now, 201, result={"principal": args.principal}),
         ]
     )
 
 
-def _token_revoke(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
-    return Decision([r.TokensRevoked(args["principal"], now), _decided(cmd, now, 204)])
+def _token_revoke(state: ControlState, cmd: r.CommandSubmitted, args: c.TokenRevoke, now: int) -> Decision:
+    return Decision([r.TokensRevoked(args.principal, now), _decided(cmd, now, 204)])
 
 
 # ---- Resources -------------------------------------------------------------------------------
@@ -142,31 +177,29 @@ def _live_space(state: ControlState, cmd: r.CommandSubmitted) -> SpaceState:
     return state.space(cmd.space)
 
 
-def _check_private_inputs(args: dict[str, Any]) -> None:
+def _check_private_inputs(private: Mapping[str, object] | None) -> None:
     # QC-10, WF-1: none of the supported Forms takes secret inputs.
-    private = args.get("privateInputs")
-    if private not in (None, {}):
+    if private:
         raise Problem(
             "invalid_spec", "this Form accepts no privateInputs", [FieldError("/privateInputs", "must be empty")]
         )
 
 
-def _spec_errors(form_url: str, spec: Any) -> None:
+def _spec_errors(form_url: str, spec: Mapping[str, object]) -> None:
     errors = FORMS[form_url].validate_spec(spec)
     if errors:
         raise Problem("invalid_spec", "the spec does not satisfy the Form", errors)
 
 
-def _start(cmd: r.CommandSubmitted, kind: str, uid: str, generation: int, now: int, events: list[Any]) -> Decision:
+def _start(cmd: r.CommandSubmitted, kind: str, uid: str, generation: int, now: int, events: Records) -> Decision:
     op_id = ids.operation_id(cmd.commandId)
-    apply = r.CommandSubmitted(
-        commandId=f"{cmd.commandId}.apply",
-        kind="operation.apply",
+    apply = c.submitted(
+        c.OperationApply(operation_id=op_id),
+        command_id=f"{cmd.commandId}.apply",
         space=cmd.space,
         principal=cmd.principal,
         admin=cmd.admin,
-        payload=canonical({"operationId": op_id}),
-        submittedAt=now,
+        now=now,
     )
     return Decision(
         [
@@ -178,17 +211,17 @@ def _start(cmd: r.CommandSubmitted, kind: str, uid: str, generation: int, now: i
     )
 
 
-def _resource_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+def _resource_create(state: ControlState, cmd: r.CommandSubmitted, args: c.ResourceCreate, now: int) -> Decision:
     space = _live_space(state, cmd)
     replay = _replayed(space, cmd, now)
     if replay:
         return replay
-    form_url, name, spec = args.get("form"), args.get("name"), args.get("spec")
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    form_url, name, spec = args.form, args.name, args.spec
+    if not NAME_RE.match(name):
         raise Problem("invalid_request", "name must match ^[a-z0-9][a-z0-9-]{0,62}$")
     if form_url not in FORMS:
         raise Problem("unsupported_form", f"this Host does not support the Form {form_url!r}")
-    _check_private_inputs(args)
+    _check_private_inputs(args.private_inputs)
     _spec_errors(form_url, spec)
     if space.by_ref(name) is not None:
         raise Problem("name_conflict", f"a Resource named {name} exists in Space {space.name}")
@@ -196,7 +229,7 @@ def _resource_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[st
     if problem:
         raise problem
     uid = ids.resource_uid(cmd.commandId)
-    events: list[Any] = [
+    events: Records = [
         r.ResourceCreated(uid, space.name, name, form_url, canonical(spec), 1, ids.operation_id(cmd.commandId), now)
     ]
     observed = FORMS[form_url].initial_observed(spec)
@@ -205,28 +238,28 @@ def _resource_create(state: ControlState, cmd: r.CommandSubmitted, args: dict[st
     return _start(cmd, "create", uid, 1, now, events)
 
 
-def _target(space: SpaceState, args: dict[str, Any]) -> Any:
-    resource = space.by_ref(str(args.get("ref")))
+def _target(space: SpaceState, ref: str) -> ResourceView:
+    resource = space.by_ref(ref)
     if resource is None:
-        raise Problem("not_found", f"no Resource {args.get('ref')} in Space {space.name}")
+        raise Problem("not_found", f"no Resource {ref} in Space {space.name}")
     if space.unfinished_operation(resource.uid) is not None:
         raise Problem("resource_busy", f"Resource {resource.uid} has an unfinished Operation")
     return resource
 
 
-def _resource_update(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+def _resource_update(state: ControlState, cmd: r.CommandSubmitted, args: c.ResourceUpdate, now: int) -> Decision:
     space = _live_space(state, cmd)
     replay = _replayed(space, cmd, now)
     if replay:
         return replay
-    resource = _target(space, args)
+    resource = _target(space, args.ref)
     form = FORMS[resource.form]
-    _check_private_inputs(args)
-    _spec_errors(resource.form, args.get("spec"))
-    errors = form.check_update(resource.spec, args["spec"])
+    _check_private_inputs(args.private_inputs)
+    _spec_errors(resource.form, args.spec)
+    errors = form.check_update(resource.spec, args.spec)
     if errors:
         raise Problem("invalid_spec", "an immutable field changed", errors)
-    problem = form.check_references(space, args["spec"], resource.uid)
+    problem = form.check_references(space, args.spec, resource.uid)
     if problem:
         raise problem
     generation = resource.generation + 1
@@ -238,19 +271,19 @@ def _resource_update(state: ControlState, cmd: r.CommandSubmitted, args: dict[st
         now,
         [
             r.ResourceUpdated(
-                resource.uid, space.name, canonical(args["spec"]), generation, ids.operation_id(cmd.commandId), now
+                resource.uid, space.name, canonical(args.spec), generation, ids.operation_id(cmd.commandId), now
             ),
             r.ResourceStateChanged(resource.uid, space.name, "updating", now),
         ],
     )
 
 
-def _resource_delete(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+def _resource_delete(state: ControlState, cmd: r.CommandSubmitted, args: c.ResourceDelete, now: int) -> Decision:
     space = _live_space(state, cmd)
     replay = _replayed(space, cmd, now)
     if replay:
         return replay
-    resource = _target(space, args)
+    resource = _target(space, args.ref)
     problem = FORMS[resource.form].check_delete(space, resource)
     if problem:
         raise problem
@@ -264,7 +297,7 @@ def _resource_delete(state: ControlState, cmd: r.CommandSubmitted, args: dict[st
     )
 
 
-def _operation_apply(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+def _operation_apply(state: ControlState, cmd: r.CommandSubmitted, args: c.OperationApply, now: int) -> Decision:
     """Carry an accepted Operation out.
 
     Forms whose effect is the log itself finish here. A Form with an effect
@@ -272,7 +305,7 @@ def _operation_apply(state: ControlState, cmd: r.CommandSubmitted, args: dict[st
     detach) says "await": the Operation stays running until the service that
     owns the effect reports it with `operation.report`."""
     space = state.space(cmd.space)
-    op = space.operations.get(args["operationId"])
+    op = space.operations.get(args.operation_id)
     if op is None or op.state != "pending":
         return Decision()  # already carried out before a restart: nothing twice
     running = r.OperationStateChanged(op.id, space.name, "running", "none", now)
@@ -287,15 +320,16 @@ def _operation_apply(state: ControlState, cmd: r.CommandSubmitted, args: dict[st
     return Decision([running, *_finish(space, op, now, succeeded=True)])
 
 
-def _settled(space: SpaceState, op: Any, outcome: "str | Problem", now: int) -> list[Any]:
+def _settled(space: SpaceState, op: OperationView, outcome: "str | Problem", now: int) -> Records:
     if isinstance(outcome, Problem):
-        return _finish(space, op, now, succeeded=False, error=outcome.to_json())
+        return _finish(space, op, now, succeeded=False, error=canonical(outcome.to_json()))
     return _finish(space, op, now, succeeded=True)
 
 
-def _finish(space: SpaceState, op: Any, now: int, *, succeeded: bool, error: dict[str, Any] | None = None) -> list[Any]:
+def _finish(space: SpaceState, op: OperationView, now: int, *, succeeded: bool, error: str | None = None) -> Records:
+    """The records that end `op`; `error` is the Problem, in canonical JSON, a failure carries."""
     if not succeeded:
-        events: list[Any] = []
+        events: Records = []
         if op.kind == "create":  # a failed create leaves no Resource behind; its name is free
             events.append(r.ResourceDeleted(op.resource_uid, space.name, op.id, now))
         elif op.resource_uid in space.resources:
@@ -309,45 +343,34 @@ def _finish(space: SpaceState, op: Any, now: int, *, succeeded: bool, error: dic
                     )
                 )
             events.append(r.ResourceStateChanged(op.resource_uid, space.name, "active", now))
-        return events + [
-            r.OperationStateChanged(op.id, space.name, "failed", "none", now, canonical(error) if error else None)
-        ]
+        return events + [r.OperationStateChanged(op.id, space.name, "failed", "none", now, error)]
     done = r.OperationStateChanged(op.id, space.name, "succeeded", "complete", now)
     if op.kind == "delete":
         return [r.ResourceDeleted(op.resource_uid, space.name, op.id, now), done]
     return [r.ResourceStateChanged(op.resource_uid, space.name, "active", now), done]
 
 
-def _operation_report(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+def _operation_report(state: ControlState, cmd: r.CommandSubmitted, args: c.OperationReport, now: int) -> Decision:
     """An owning service reports the outcome of an awaited Operation (and what it observed).
 
     `outcome` is succeeded | failed | reconciling; a report for an Operation that has
     already ended changes nothing, so a service may repeat a report after a crash."""
     space = state.space(cmd.space)
-    op = space.operations.get(args["operationId"])
+    op = space.operations.get(args.operation_id)
     if op is None or op.state in ("succeeded", "failed"):
         return Decision()
-    events: list[Any] = []
-    if "observed" in args and op.resource_uid in space.resources:
-        events.append(r.ResourceObserved(op.resource_uid, space.name, canonical(args["observed"]), now))
-    outcome = args["outcome"]
-    if outcome == "reconciling":
-        events.append(
-            r.OperationStateChanged(
-                op.id,
-                space.name,
-                "reconciling",
-                args.get("effect", "unknown"),
-                now,
-                canonical(args["error"]) if args.get("error") else None,
-            )
-        )
+    events: Records = []
+    if args.observed is not None and op.resource_uid in space.resources:
+        events.append(r.ResourceObserved(op.resource_uid, space.name, canonical(args.observed), now))
+    error = canonical(args.error) if args.error else None
+    if args.outcome == "reconciling":
+        events.append(r.OperationStateChanged(op.id, space.name, "reconciling", args.effect or "unknown", now, error))
         return Decision(events)
-    events += _finish(space, op, now, succeeded=outcome == "succeeded", error=args.get("error"))
+    events += _finish(space, op, now, succeeded=args.outcome == "succeeded", error=error)
     return Decision(events + _settle_waiting(space, events, op.id, now))
 
 
-def _after(space: SpaceState, events: list[Any], operations: bool = True) -> SpaceState:
+def _after(space: SpaceState, events: Records, operations: bool = True) -> SpaceState:
     """The Space as it will be once `events` are folded (a scratch copy; state is untouched).
     Without `operations` only the Resources are carried (cheaper)."""
     ops = (
@@ -362,12 +385,12 @@ def _after(space: SpaceState, events: list[Any], operations: bool = True) -> Spa
     return scratch.space(space.name)
 
 
-def _settle_waiting(space: SpaceState, events: list[Any], ended: str, now: int) -> list[Any]:
+def _settle_waiting(space: SpaceState, events: Records, ended: str, now: int) -> Records:
     """An awaited Operation ended: every running Operation that waits on other Resources
     (a Deployment weighting a Version that was verifying) and can now be decided ends in
     this same decision (WF-4, WF-6)."""
     after = _after(space, events)
-    out: list[Any] = []
+    out: Records = []
     for op in list(after.operations.values()):
         if op.id == ended or op.state != "running":
             continue
@@ -380,7 +403,7 @@ def _settle_waiting(space: SpaceState, events: list[Any], ended: str, now: int) 
     return out
 
 
-def _observe_workers(space: SpaceState, events: list[Any], now: int) -> list[Any]:
+def _observe_workers(space: SpaceState, events: Records, now: int) -> Records:
     """ModuleWorker observed `{"activeDeployment": {"resourceUid"} | null, "versions": n}`,
     recorded whenever a decision changes a worker, its Versions or its Deployment."""
     worker_forms = (MODULE_WORKER, WORKER_VERSION, WORKER_DEPLOYMENT)
@@ -402,7 +425,7 @@ def _observe_workers(space: SpaceState, events: list[Any], now: int) -> list[Any
             workers.add(uid)
         elif resource.form in (WORKER_VERSION, WORKER_DEPLOYMENT) and worker_of(resource.spec):
             workers.add(str(worker_of(resource.spec)))
-    observations = []
+    observations: Records = []
     for uid in sorted(workers):
         worker = after.resources.get(uid)
         if worker is None or worker.form != MODULE_WORKER:
@@ -419,7 +442,7 @@ def _observe_workers(space: SpaceState, events: list[Any], now: int) -> list[Any
     return _with_observations(events, observations)
 
 
-def _with_observations(events: list[Any], observations: list[Any]) -> list[Any]:
+def _with_observations(events: Records, observations: Records) -> Records:
     if not observations:
         return events
     # Right after the last Resource record: before the Operation is seen to end (read your writes).
@@ -427,7 +450,7 @@ def _with_observations(events: list[Any], observations: list[Any]) -> list[Any]:
     return events[: last + 1] + observations + events[last + 1 :]
 
 
-def _observe_workflows(space: SpaceState, events: list[Any], now: int) -> list[Any]:
+def _observe_workflows(space: SpaceState, events: Records, now: int) -> Records:
     """DurableWorkflow observed (WF-9): `ready` follows the worker's allocation in force."""
     touched = {e.uid for e in events if isinstance(e, _RESOURCE_EVENTS)}
     created = any(isinstance(e, r.ResourceCreated) and e.form == DURABLE_WORKFLOW for e in events)
@@ -438,27 +461,14 @@ def _observe_workflows(space: SpaceState, events: list[Any], now: int) -> list[A
     return _with_observations(events, [r.ResourceObserved(uid, space.name, canonical(o), now) for uid, o in found])
 
 
-def _resource_observe(state: ControlState, cmd: r.CommandSubmitted, args: dict[str, Any], now: int) -> Decision:
+def _resource_observe(state: ControlState, cmd: r.CommandSubmitted, args: c.ResourceObserve, now: int) -> Decision:
     """The Host's last confirmed observation of a Resource (QC-35, WF-9)."""
     space = state.space(cmd.space)
-    resource = space.resources.get(args["uid"])
-    if resource is None or dict(resource.observed) == args["observed"]:
+    resource = space.resources.get(args.uid)
+    if resource is None or dict(resource.observed) == args.observed:
         return Decision()
-    observed = FORMS[resource.form].reported(space, resource, args["observed"], now)
+    observed = FORMS[resource.form].reported(space, resource, args.observed, now)
     return Decision([r.ResourceObserved(resource.uid, space.name, canonical(observed), now)])
 
 
 _RESOURCE_EVENTS = (r.ResourceCreated, r.ResourceUpdated, r.ResourceStateChanged, r.ResourceObserved, r.ResourceDeleted)
-
-_HANDLERS: dict[str, Callable[[ControlState, r.CommandSubmitted, dict[str, Any], int], Decision]] = {
-    "space.create": _space_create,
-    "space.delete": _space_delete,
-    "token.create": _token_create,
-    "token.revoke": _token_revoke,
-    "resource.create": _resource_create,
-    "resource.update": _resource_update,
-    "resource.delete": _resource_delete,
-    "operation.apply": _operation_apply,
-    "operation.report": _operation_report,
-    "resource.observe": _resource_observe,
-}

@@ -1,7 +1,6 @@
 """Kafka plumbing of the control processor: the pure decisions inside the generic runner."""
 
 from collections.abc import Iterable
-from typing import Any
 
 from sumi.control._decide import decide
 from sumi.control.state import ControlState, evolve
@@ -20,10 +19,10 @@ class ControlLogic:
     def reset(self) -> None:
         self.state = ControlState()
 
-    def fold(self, record: Any) -> None:
+    def fold(self, record: r.Record) -> None:
         evolve(self.state, record)
 
-    def handle(self, record: Any, now: int) -> Iterable[Out]:
+    def handle(self, record: r.Record, now: int) -> Iterable[Out]:
         if not isinstance(record, r.CommandSubmitted):
             return []
         decision = decide(self.state, record, now)

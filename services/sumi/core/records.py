@@ -344,9 +344,9 @@ class RecordQuarantined:
     key: bytes | None = None
 
 
-Record = (
-    CommandSubmitted
-    | CommandDecided
+# What the control processor writes to the control topic (a decision's records).
+ControlRecord = (
+    CommandDecided
     | SpaceCreated
     | SpaceDeleted
     | TokenIssued
@@ -358,7 +358,11 @@ Record = (
     | ResourceDeleted
     | OperationStarted
     | OperationStateChanged
-    | MessageAccepted
+)
+
+# What goes on the queue topic (acceptances by the gateway and a handler's sends; the engine's decisions).
+QueueRecord = (
+    MessageAccepted
     | BatchDelivered
     | MessagesAcknowledged
     | MessageRetryScheduled
@@ -366,7 +370,11 @@ Record = (
     | MessageDiscarded
     | BatchEnded
     | QueuePurged
-    | InstanceCreated
+)
+
+# What goes on the workflow instance log (the workflow engine's decisions).
+WorkflowRecord = (
+    InstanceCreated
     | InstanceContextStarted
     | StepAttemptCommitted
     | SleepScheduled
@@ -376,8 +384,9 @@ Record = (
     | InstanceStatusChanged
     | InstancePurged
     | InstancesPurged
-    | RecordQuarantined
 )
+
+Record = CommandSubmitted | ControlRecord | QueueRecord | WorkflowRecord | RecordQuarantined
 
 RECORD_TYPES: dict[str, type] = {
     cls.__name__: cls

@@ -14,7 +14,7 @@ from starlette.staticfiles import StaticFiles
 
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
-from sumi.gateway import _operations, _queues, _resources, _service, _spaces, _tokens
+from sumi.gateway import _operations, _queues, _resources, _service, _spaces, _tokens, _workflows
 from sumi.gateway._backend import Backend
 from sumi.gateway._metrics import Metrics, MetricsMiddleware
 from sumi.gateway._problems import CatchAll, on_http_exception, on_problem
@@ -37,6 +37,7 @@ def routes() -> list[BaseRoute]:
         *_resources.routes,
         *_operations.routes,
         *_queues.routes,
+        *_workflows.routes,
         Mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui"),
     ]
 
@@ -56,7 +57,11 @@ def create_app(settings: Settings) -> Starlette:
 
     app = Starlette(
         routes=routes(),
-        middleware=[Middleware(MetricsMiddleware, metrics=metrics), Middleware(CatchAll)],
+        middleware=[
+            Middleware(MetricsMiddleware, metrics=metrics),
+            Middleware(CatchAll),
+            Middleware(_workflows.InstancePaths),
+        ],
         exception_handlers={Problem: on_problem, HTTPException: on_http_exception},
         lifespan=lifespan,
     )

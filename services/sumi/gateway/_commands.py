@@ -1,9 +1,10 @@
 """Request-reply with the control processor (architecture.md rule 4).
 
-The gateway decides nothing that needs state: it appends a `CommandSubmitted`
-and waits for the processor's `CommandDecided`, which the control projection
-writes to the `decisions` table (with the Operation and Resource rows, in the
-same transaction). No decision in time is `503 backend_unavailable`; the client
+The gateway decides nothing that needs state: it builds the typed command
+(`sumi.core.commands`), appends it as a `CommandSubmitted` and waits for the
+processor's `CommandDecided`, which the control projection writes to the
+`decisions` table (with the Operation and Resource rows, in the same
+transaction). No decision in time is `503 backend_unavailable`; the client
 retries with the same Idempotency-Key and gets the same decision.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from sumi.core import commands as c
 from sumi.core.codec import encode
 from sumi.core.ids import new_ulid
 from sumi.core.problems import Problem
@@ -22,18 +24,16 @@ from sumi.core.records import CommandSubmitted
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller
 from sumi.gateway._backend import Backend, Row, backend
-from sumi.gateway._json import canonical
 from sumi.gateway._poll import poll
 from sumi.gateway._problems import stored_problem_response
 from sumi.gateway._views import operation_json, with_rfc3339
 
 
 @dataclass(frozen=True)
-class Command:
-    kind: str
+class Submission:
+    command: c.Command
     space: str  # "" for token commands
     key: str  # the Kafka key: the Space, or ADMIN_KEY
-    payload: dict[str, Any]
     idempotency_key: str | None = None
     fingerprint: str | None = None
 
@@ -47,21 +47,23 @@ class Decision:
     result: Any
 
 
-def command_record(command: Command, caller: Caller, command_id: str) -> CommandSubmitted:
-    return CommandSubmitted(
-        commandId=command_id,
-        kind=command.kind,
-        space=command.space,
-        principal=caller.principal,
-        admin=caller.admin,
-        payload=canonical(command.payload),
-        submittedAt=int(time.time() * 1000),
-        idempotencyKey=command.idempotency_key,
-        fingerprint=command.fingerprint,
-    )
+def command_record(sub: Submission, caller: Caller, command_id: str) -> CommandSubmitted:
+    try:
+        return c.submitted(
+            sub.command,
+            command_id=command_id,
+            space=sub.space,
+            principal=caller.principal,
+            admin=caller.admin,
+            now=int(time.time() * 1000),
+            idempotency_key=sub.idempotency_key,
+            fingerprint=sub.fingerprint,
+        )
+    except ValueError as exc:  # not representable in canonical JSON (e.g. a lone surrogate)
+        raise Problem("invalid_request", f"the request cannot be canonicalized: {exc}") from None
 
 
-async def decide(request: Request, caller: Caller, command: Command) -> Decision:
+async def decide(request: Request, caller: Caller, command: Submission) -> Decision:
     """Append the command, then wait for its decision."""
     record = command_record(command, caller, new_ulid())
     return await request_reply(backend(request), "commands", command.key, record)
@@ -106,5 +108,5 @@ async def operation_response(request: Request, operation_id: str, status: int) -
     return JSONResponse(operation_json(row), status_code=status, headers={"Location": f"/v2/operations/{operation_id}"})
 
 
-async def submit(request: Request, caller: Caller, command: Command) -> Response:
+async def submit(request: Request, caller: Caller, command: Submission) -> Response:
     return await respond(request, await decide(request, caller, command))

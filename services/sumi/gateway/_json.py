@@ -8,9 +8,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-import rfc8785
 from starlette.requests import Request
 
+from sumi.core.canonical import canonical
 from sumi.core.problems import Problem
 
 # The largest request we read: 100 queue messages of 127,000 bytes in base64, with room.
@@ -75,17 +75,17 @@ async def read_object(request: Request, required: Iterable[str], optional: Itera
     return check_object(parse_json(await read_body(request)), required, optional)
 
 
-def canonical(obj: Any) -> str:
-    """RFC 8785 canonical JSON (what goes on the log and into fingerprints)."""
+def canonical_body(obj: Any) -> str:
+    """A request body in the canonical form (sumi.core.canonical); one it cannot take is 400."""
     try:
-        return rfc8785.dumps(obj).decode("utf-8")
-    except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
+        return canonical(obj)
+    except ValueError as exc:
         raise Problem("invalid_request", f"the body cannot be canonicalized: {exc}") from None
 
 
 def fingerprint(method: str, path: str, body: Any | None) -> str:
     """What an Idempotency-Key is bound to: method, path and canonical body ('' when none)."""
-    text = "" if body is None else canonical(body)
+    text = "" if body is None else canonical_body(body)
     return hashlib.sha256(f"{method.upper()}\n{path}\n{text}".encode()).hexdigest()
 
 

@@ -5,11 +5,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from sumi.core import commands as c
 from sumi.core.problems import Problem
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller, authorize
 from sumi.gateway._backend import backend
-from sumi.gateway._commands import Command, submit
+from sumi.gateway._commands import Submission, submit
 from sumi.gateway._json import fingerprint, idempotency_key, read_object, require
 from sumi.gateway._query import decode_cursor, encode_cursor, int_param
 from sumi.gateway._routing import route
@@ -29,12 +30,12 @@ def check_body(body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _write(
-    request: Request, kind: str, body: dict[str, Any] | None, payload: dict[str, Any], caller: Caller, key: str
+    request: Request, body: dict[str, Any] | None, command: c.Command, caller: Caller, key: str
 ) -> Response:
     space = request.path_params["space"]
     # The key is bound to method, path and body: the processor compares fingerprints (QC-46).
     bound = fingerprint(request.method, request.url.path, body)
-    return await submit(request, caller, Command(kind, space, space, payload, key, bound))
+    return await submit(request, caller, Submission(command, space, space, key, bound))
 
 
 async def _write_access(request: Request) -> tuple[Caller, str]:
@@ -47,20 +48,24 @@ async def _write_access(request: Request) -> tuple[Caller, str]:
 async def create_resource(request: Request) -> Response:
     caller, key = await _write_access(request)
     body = check_body(await read_object(request, *CREATE_KEYS))
-    return await _write(request, "resource.create", body, dict(body), caller, key)
+    command = c.ResourceCreate(
+        name=body["name"], form=body["form"], spec=body["spec"], private_inputs=body.get("privateInputs")
+    )
+    return await _write(request, body, command, caller, key)
 
 
 async def update_resource(request: Request) -> Response:
     caller, key = await _write_access(request)
     body = check_body(await read_object(request, *UPDATE_KEYS))
-    payload = {"ref": request.path_params["uid"], **body}
-    return await _write(request, "resource.update", body, payload, caller, key)
+    command = c.ResourceUpdate(
+        ref=request.path_params["uid"], spec=body["spec"], private_inputs=body.get("privateInputs")
+    )
+    return await _write(request, body, command, caller, key)
 
 
 async def delete_resource(request: Request) -> Response:
     caller, key = await _write_access(request)
-    payload = {"ref": request.path_params["uid"]}
-    return await _write(request, "resource.delete", None, payload, caller, key)
+    return await _write(request, None, c.ResourceDelete(ref=request.path_params["uid"]), caller, key)
 
 
 async def get_resource(request: Request) -> Response:

@@ -4,12 +4,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sumi.control.forms._base import NAME_PATTERN, NAME_RE
+from sumi.core import commands as c
 from sumi.core.problems import Problem
 from sumi.core.times import rfc3339
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import authenticate, authorize, require_admin
 from sumi.gateway._backend import backend
-from sumi.gateway._commands import Command, submit
+from sumi.gateway._commands import Submission, submit
 from sumi.gateway._json import read_object, require
 from sumi.gateway._routing import route
 
@@ -26,7 +27,7 @@ async def create_space(request: Request) -> Response:
     require_admin(caller)
     body = await read_object(request, {"name"})
     name = check_name(body["name"], "name")
-    return await submit(request, caller, Command("space.create", name, name, {"name": name}))
+    return await submit(request, caller, Submission(c.SpaceCreate(name=name), name, name))
 
 
 async def list_spaces(request: Request) -> Response:
@@ -41,7 +42,7 @@ async def delete_space(request: Request) -> Response:
     # Visibility first: without a role the Space is 404, with a role but not admin 403.
     caller = await authorize(request, name)
     require_admin(caller)
-    return await submit(request, caller, Command("space.delete", name, name, {"name": name}))
+    return await submit(request, caller, Submission(c.SpaceDelete(name=name), name, name))
 
 
 routes = [

@@ -6,29 +6,30 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from sumi.core import commands as c
 from sumi.core.topics import ADMIN_KEY
 from sumi.gateway._auth import authenticate, require_admin, token_hash
-from sumi.gateway._commands import Command, decide, respond, submit
+from sumi.gateway._commands import Submission, decide, respond, submit
 from sumi.gateway._json import check_object, read_object, require
 from sumi.gateway._routing import route
 from sumi.gateway._spaces import check_name
 
-ROLES = ("viewer", "editor")
+ROLES: dict[str, c.Role] = {"viewer": "viewer", "editor": "editor"}
 
 
 def new_token() -> str:
     return "sumi_" + secrets.token_urlsafe(32)
 
 
-def check_grants(value: Any) -> list[dict[str, str]]:
+def check_grants(value: Any) -> tuple[c.Grant, ...]:
     """Shape only; whether each Space exists is the processor's decision."""
     require(isinstance(value, list), "grants must be an array")
     grants = []
     for grant in value:
         check_object(grant, {"space", "role"})
-        require(grant["role"] in ROLES, "a grant's role must be viewer or editor")
-        grants.append({"space": check_name(grant["space"], "a grant's space"), "role": grant["role"]})
-    return grants
+        require(isinstance(grant["role"], str) and grant["role"] in ROLES, "a grant's role must be viewer or editor")
+        grants.append(c.Grant(check_name(grant["space"], "a grant's space"), ROLES[grant["role"]]))
+    return tuple(grants)
 
 
 async def create_token(request: Request) -> Response:
@@ -39,13 +40,13 @@ async def create_token(request: Request) -> Response:
     grants = check_grants(body.get("grants", []))
     require(isinstance(body.get("admin", False), bool), "admin must be a boolean")
     token = new_token()
-    payload = {
-        "principal": principal,
-        "grants": grants,
-        "admin": body.get("admin", False),
-        "tokenHash": token_hash(token),
-    }
-    decision = await decide(request, caller, Command("token.create", "", ADMIN_KEY, payload))
+    command = c.TokenCreate(
+        principal=principal,
+        grants=grants,
+        admin=body.get("admin", False),
+        token_hash=token_hash(token),
+    )
+    decision = await decide(request, caller, Submission(command, "", ADMIN_KEY))
     if not decision.accepted:
         return await respond(request, decision)
     return JSONResponse({"token": token, "principal": principal}, status_code=201)
@@ -55,7 +56,7 @@ async def revoke_tokens(request: Request) -> Response:
     caller = await authenticate(request)
     require_admin(caller)
     principal = request.path_params["principal"]
-    return await submit(request, caller, Command("token.revoke", "", ADMIN_KEY, {"principal": principal}))
+    return await submit(request, caller, Submission(c.TokenRevoke(principal=principal), "", ADMIN_KEY))
 
 
 routes = [

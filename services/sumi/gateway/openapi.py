@@ -11,6 +11,9 @@ JSON = "application/json"
 PROBLEM = "application/problem+json"
 NAME = {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}
 TIME = {"type": "string", "format": "date-time"}
+INSTANCE_ID = {"type": "string", "minLength": 1, "maxLength": 256, "description": "1..256 Unicode scalar values"}
+INSTANCE_STATUS = {"enum": ["queued", "running", "sleeping", "waiting", "complete", "errored", "terminated"]}
+DOC_SCHEMA = {"type": "object", "description": "a document (DOC-1..6): at most 1024 root properties, 1 MiB canonical"}
 
 
 def ref(name: str) -> dict[str, str]:
@@ -139,6 +142,58 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Peek": obj({"items": {"type": "array", "items": ref("PeekItem")}}, ["items"]),
     "SpaceList": obj({"items": {"type": "array", "items": ref("Space")}}, ["items"]),
+    "InstanceCreate": obj({"id": INSTANCE_ID, "params": DOC_SCHEMA}),
+    "InstanceStatus": obj({"id": {"type": "string"}, "status": INSTANCE_STATUS}, ["id", "status"]),
+    "Instance": obj(
+        {
+            "id": {"type": "string"},
+            "status": INSTANCE_STATUS,
+            "output": DOC_SCHEMA,
+            "error": obj(
+                {
+                    "reason": {
+                        "enum": [
+                            "run_threw",
+                            "step_failed",
+                            "step_limit_exceeded",
+                            "lifetime_exceeded",
+                            "step_definition_mismatch",
+                        ]
+                    },
+                    "message": {"type": "string"},
+                },
+                ["reason"],
+            ),
+        },
+        ["id", "status"],
+    ),
+    "InstanceSummary": obj(
+        {"id": {"type": "string"}, "status": INSTANCE_STATUS, "createdAt": TIME, "updatedAt": TIME},
+        ["id", "status", "createdAt", "updatedAt"],
+    ),
+    "InstancePage": obj(
+        {"items": {"type": "array", "items": ref("InstanceSummary")}, "nextCursor": {"type": ["string", "null"]}},
+        ["items", "nextCursor"],
+    ),
+    "EventSend": obj({"type": INSTANCE_ID, "payload": DOC_SCHEMA}, ["type"]),
+    "EventSequence": obj({"sequence": {"type": "integer", "minimum": 1}}, ["sequence"]),
+    "History": obj(
+        {
+            "items": {
+                "type": "array",
+                "items": obj(
+                    {
+                        "seq": {"type": "integer", "minimum": 1},
+                        "type": {"type": "string"},
+                        "at": TIME,
+                        "data": {"type": "object"},
+                    },
+                    ["seq", "type", "at", "data"],
+                ),
+            }
+        },
+        ["items"],
+    ),
     "Status": {"type": "object", "properties": {"status": {"type": "string"}}},
 }
 
@@ -218,6 +273,20 @@ WRITE_ERRORS = (
 )
 ACCEPTED = answer(202, "Operation", "accepted; the Operation reports the outcome", LOCATION)
 QUEUE_ERRORS = ("invalid_request", "not_found", "backend_unavailable")
+INSTANCES = "/v2/spaces/{space}/workflows/{uid}/instances"
+WORKFLOW = param("uid", "path", {"type": "string"}, description="DurableWorkflow UID or name")
+INSTANCE = param("id", "path", INSTANCE_ID, description="percent-encoded; any Unicode scalar values")
+IDEMPOTENCY_INSTANCE = param(
+    "Idempotency-Key", "header", KEY_SCHEMA, description="a replay returns the first answer and appends nothing"
+)
+INSTANCE_ERRORS = (
+    "invalid_request",
+    "forbidden",
+    "not_found",
+    "payload_too_large",
+    "idempotency_key_reused",
+    "backend_unavailable",
+)
 
 PATHS: dict[str, dict[str, Any]] = {
     "/v2/spaces": {
@@ -347,6 +416,78 @@ PATHS: dict[str, dict[str, Any]] = {
     "/v2/spaces/{space}/queues/{uid}/stats": {
         "get": operation(
             "Queue counts from the read side", answer(200, "QueueStats", "counts"), *QUEUE_ERRORS, params=[SPACE, UID]
+        ),
+    },
+    INSTANCES: {
+        "post": operation(
+            "Create a workflow instance",
+            answer(201, "InstanceStatus", "created (normally queued)"),
+            *INSTANCE_ERRORS,
+            "instance_exists",
+            "invalid_params",
+            "document_too_large",
+            "workflow_not_ready",
+            params=[SPACE, WORKFLOW, IDEMPOTENCY_INSTANCE],
+            body="InstanceCreate",
+        ),
+        "get": operation(
+            "List a workflow's instances, by ID",
+            answer(200, "InstancePage", "a page"),
+            "invalid_request",
+            "not_found",
+            "backend_unavailable",
+            params=[
+                SPACE,
+                WORKFLOW,
+                param("status", "query", INSTANCE_STATUS),
+                param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100, "default": 100}),
+                param("cursor", "query", {"type": "string"}),
+            ],
+        ),
+    },
+    INSTANCES + "/{id}": {
+        "get": operation(
+            "Read an instance's status",
+            answer(200, "Instance", "the instance"),
+            "invalid_request",
+            "not_found",
+            "unknown_instance",
+            "backend_unavailable",
+            params=[SPACE, WORKFLOW, INSTANCE],
+        ),
+    },
+    INSTANCES + "/{id}/events": {
+        "post": operation(
+            "Send an event to an instance",
+            answer(202, "EventSequence", "durably accepted, in the instance's acceptance order"),
+            *INSTANCE_ERRORS,
+            "unknown_instance",
+            "instance_terminal",
+            "event_queue_full",
+            "invalid_params",
+            "document_too_large",
+            params=[SPACE, WORKFLOW, INSTANCE, IDEMPOTENCY_INSTANCE],
+            body="EventSend",
+        ),
+    },
+    INSTANCES + "/{id}/terminate": {
+        "post": operation(
+            "Terminate an instance (answers once its context has stopped)",
+            answer(200, "InstanceStatus", "terminated, or the terminal status it already had"),
+            *INSTANCE_ERRORS,
+            "unknown_instance",
+            params=[SPACE, WORKFLOW, INSTANCE, IDEMPOTENCY_INSTANCE],
+        ),
+    },
+    INSTANCES + "/{id}/history": {
+        "get": operation(
+            "An instance's own records in commit order",
+            answer(200, "History", "the history"),
+            "invalid_request",
+            "not_found",
+            "unknown_instance",
+            "backend_unavailable",
+            params=[SPACE, WORKFLOW, INSTANCE],
         ),
     },
     "/healthz": {"get": operation("Liveness", answer(200, "Status", "alive"), public=True)},

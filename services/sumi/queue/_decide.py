@@ -8,13 +8,13 @@ handler starts, a settlement before its Promise resolves (QC-43).
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from sumi.core import records as r
 from sumi.queue._control import Consumer
 from sumi.queue._state import Batch, EngineState, Message, QueueState
 
 NewId = Callable[[str], str]  # prefix -> fresh unique id ("bat", "msg")
+Records = list[r.QueueRecord]
 
 
 class Rejected(Exception):
@@ -28,7 +28,7 @@ class Rejected(Exception):
 
 @dataclass(frozen=True)
 class Delivery:
-    records: list[Any]
+    records: Records
     batch: r.BatchDelivered | None
 
 
@@ -39,7 +39,7 @@ def deliver(state: EngineState, c: Consumer, pick: Callable[[str], str], now: in
     over again: it is dead-lettered or discarded instead (QC-33, QC-34)."""
     q = state.queue(c.queue)
     q.promote(now)
-    records: list[Any] = []
+    records: Records = []
     chosen: list[Message] = []
     for m in q.peek_ready(c.max_batch_size):
         if m.deliveries >= 1 + c.max_retries:
@@ -61,7 +61,7 @@ def deliver(state: EngineState, c: Consumer, pick: Callable[[str], str], now: in
     return Delivery(records + [batch], batch)
 
 
-def exhaust(q: QueueState, mid: str, c: Consumer, batch_id: str | None, now: int, new_id: NewId) -> list[Any]:
+def exhaust(q: QueueState, mid: str, c: Consumer, batch_id: str | None, now: int, new_id: NewId) -> Records:
     """QC-34: to the dead-letter queue as a new message (new ID and time, attempts 1, same
     body, no link a reader could follow), or discarded when there is none."""
     if c.dead_letter_queue is None:
@@ -78,14 +78,14 @@ def _space_of(q: QueueState, c: Consumer) -> str:
     return c.space or q.space
 
 
-def open_batch(state: EngineState, batch_id: Any) -> Batch:
+def open_batch(state: EngineState, batch_id: object) -> Batch:
     b = state.batches.get(batch_id) if isinstance(batch_id, str) else None
     if b is None:
         raise Rejected("unknown_batch", "this batch is not open")
     return b
 
 
-def _unsettled(b: Batch, mid: Any) -> str:
+def _unsettled(b: Batch, mid: object) -> str:
     if not isinstance(mid, str) or mid not in b.message_ids:
         raise Rejected("unknown_message", "no such message in this batch")  # QC-29
     if mid in b.settled:
@@ -93,12 +93,12 @@ def _unsettled(b: Batch, mid: Any) -> str:
     return mid
 
 
-def acknowledge(state: EngineState, batch_id: Any, mid: Any, now: int, cause: str = "acknowledge") -> list[Any]:
+def acknowledge(state: EngineState, batch_id: object, mid: object, now: int, cause: str = "acknowledge") -> Records:
     b = open_batch(state, batch_id)
     return [r.MessagesAcknowledged(b.queue_uid, b.id, (_unsettled(b, mid),), cause, now)]
 
 
-def acknowledge_all(state: EngineState, batch_id: Any, now: int, cause: str = "acknowledgeAll") -> list[Any]:
+def acknowledge_all(state: EngineState, batch_id: object, now: int, cause: str = "acknowledgeAll") -> Records:
     b = open_batch(state, batch_id)
     ids = tuple(b.unsettled())
     return [r.MessagesAcknowledged(b.queue_uid, b.id, ids, cause, now)] if ids else []
@@ -107,13 +107,13 @@ def acknowledge_all(state: EngineState, batch_id: Any, now: int, cause: str = "a
 def retry(
     state: EngineState,
     c: Consumer,
-    batch_id: Any,
-    mid: Any,
+    batch_id: object,
+    mid: object,
     delay_s: int | None,
     now: int,
     new_id: NewId,
     cause: str = "retry",
-) -> list[Any]:
+) -> Records:
     b = open_batch(state, batch_id)
     return _retry_one(state, c, b, _unsettled(b, mid), delay_s, now, new_id, cause)
 
@@ -121,14 +121,14 @@ def retry(
 def retry_all(
     state: EngineState,
     c: Consumer,
-    batch_id: Any,
+    batch_id: object,
     delay_s: int | None,
     now: int,
     new_id: NewId,
     cause: str = "retryAll",
-) -> list[Any]:
+) -> Records:
     b = open_batch(state, batch_id)
-    out: list[Any] = []
+    out: Records = []
     for mid in b.unsettled():
         out += _retry_one(state, c, b, mid, delay_s, now, new_id, cause)
     return out
@@ -136,7 +136,7 @@ def retry_all(
 
 def _retry_one(
     state: EngineState, c: Consumer, b: Batch, mid: str, delay_s: int | None, now: int, new_id: NewId, cause: str
-) -> list[Any]:
+) -> Records:
     q = state.queue(b.queue_uid)
     m = q.messages[mid]
     if m.deliveries >= 1 + c.max_retries:  # no redelivery left (QC-33)
@@ -147,7 +147,7 @@ def _retry_one(
 
 def end_batch(
     state: EngineState, c: Consumer, batch_id: str, outcome: str, now: int, new_id: NewId, error: str | None = None
-) -> list[Any]:
+) -> Records:
     """The handler is over: settle what it left unsettled, then close the batch.
 
     returned -> acknowledge the rest (QC-31); threw (or a limit stopped it) -> retry the
@@ -157,7 +157,7 @@ def end_batch(
     b = state.batches.get(batch_id)
     if b is None:
         return []
-    out: list[Any]
+    out: Records
     if outcome == "returned":
         out = acknowledge_all(state, batch_id, now, cause="returned")
     elif outcome == "threw":
@@ -172,14 +172,14 @@ def end_batch(
     return out + [r.BatchEnded(b.queue_uid, b.consumer_uid, b.id, outcome, now, error)]
 
 
-def expire(state: EngineState, queue_uid: str, retention_s: int, now: int) -> list[Any]:
+def expire(state: EngineState, queue_uid: str, retention_s: int, now: int) -> Records:
     """A pending message older than its queue's retention is discarded; one in flight waits
     for its batch to end."""
     q = state.queues.get(queue_uid)
     if q is None:
         return []
     limit = now - retention_s * 1000
-    out = []
+    out: Records = []
     for m in q.messages.values():
         if m.accepted_at > limit:
             break
@@ -188,7 +188,7 @@ def expire(state: EngineState, queue_uid: str, retention_s: int, now: int) -> li
     return out
 
 
-def purge(state: EngineState, queue_uid: str, now: int) -> list[Any]:
+def purge(state: EngineState, queue_uid: str, now: int) -> Records:
     """Deleting a queue deletes its messages (they are its data)."""
     q = state.queues.get(queue_uid)
     if q is not None and q.purged:

@@ -127,7 +127,7 @@ class BatchRun:
                 for (mid, ts, body), attempt in zip(self.messages, self.batch.attempts, strict=True)
             ],
         )
-        env = EnvSpec(code.vars, list(code.queue_bindings))
+        env = EnvSpec(code.vars, list(code.queue_bindings), list(code.workflow_bindings))
         result = await self.ctx.invoke_queue(batch, env, self.host_call)
         if result.ok:
             return "returned", None
@@ -149,6 +149,8 @@ class BatchRun:
     async def host_call(self, context_id: str, method: str, args: dict[str, Any]) -> Any:
         if method == "queue.send":
             return await self._send(args)
+        if method.startswith("workflow."):  # a Caller Binding (WF-18): decided by the workflow engine
+            return await self.engine.workflows.call(self.code, method, args)
         handler = _SETTLE.get(method)
         if handler is None:
             raise HostError("unknown_method", method)

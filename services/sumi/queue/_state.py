@@ -10,7 +10,6 @@ log restores them exactly; `promote(now)` only moves due entries between them.
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any
 
 from sumi.core import records as r
 
@@ -158,7 +157,7 @@ class EngineState:
         return [b for b in self.batches.values() if b.consumer_uid == consumer_uid]
 
 
-def evolve(state: EngineState, rec: Any) -> None:
+def evolve(state: EngineState, rec: r.Record) -> None:
     """Fold one queue-log record into the state (in place)."""
     if isinstance(rec, r.MessageAccepted):
         state.queue(rec.queueUid).accept(rec)

@@ -23,15 +23,16 @@ consumer group and give each its own transactional ID; not done yet.
 """
 
 import asyncio
-import json
 import logging
 import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
+from sumi.control.state import OperationView
 from sumi.core import codec, ids, kafka
 from sumi.core import records as r
+from sumi.core.commands import Command, OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
 from sumi.queue import _decide as d
@@ -41,6 +42,7 @@ from sumi.queue._control import LIVE, Consumer, ControlTable
 from sumi.queue._outbox import Outbox
 from sumi.queue._runs import BatchRun
 from sumi.queue._state import ENGINE_RECORDS, EngineState, evolve
+from sumi.workflow.client import WorkflowClient
 
 log = logging.getLogger("sumi.queue")
 SWEEP_MS = 1000
@@ -62,6 +64,7 @@ class Engine:
         self.settings = settings
         self.state = EngineState()
         self.control = ControlTable()
+        self.workflows = WorkflowClient(settings)
         self.runs: dict[str, BatchRun] = {}
         self.windows: dict[str, int | None] = {}
         self.observed_sent: dict[str, dict[str, bool]] = {}
@@ -90,9 +93,9 @@ class Engine:
         assert self.outbox is not None
         return self.outbox.put(outs)
 
-    def command(self, kind: str, space: str, payload: dict[str, Any]) -> r.CommandSubmitted:
-        return r.CommandSubmitted(
-            ids.new_ulid(), kind, space, "sumi-queue", True, json.dumps(payload, sort_keys=True), now_ms()
+    def command(self, space: str, command: Command) -> r.CommandSubmitted:
+        return submitted(
+            command, command_id=ids.new_ulid(), space=space, principal="sumi-queue", admin=True, now=now_ms()
         )
 
     def consumer(self, uid: str) -> Consumer | None:
@@ -191,15 +194,9 @@ class Engine:
             self._reconcile_stop(c, op)
             return
         self.reported.add(op.id)
-        self.emit(
-            [
-                self.command(
-                    "operation.report", c.space, {"operationId": op.id, "outcome": "succeeded", "effect": "complete"}
-                )
-            ]
-        )
+        self.emit([self.command(c.space, OperationReport(operation_id=op.id, outcome="succeeded", effect="complete"))])
 
-    def _reconcile_stop(self, c: Consumer, op: Any) -> None:
+    def _reconcile_stop(self, c: Consumer, op: OperationView) -> None:
         """QC-42, QC-47: a stop the runtime did not confirm leaves the boundary unproven.
 
         The delete is reported `reconciling` with effect `unknown` (once), and the stop is
@@ -210,16 +207,15 @@ class Engine:
             self.emit(
                 [
                     self.command(
-                        "operation.report",
                         c.space,
-                        {
-                            "operationId": op.id,
-                            "outcome": "reconciling",
-                            "effect": "unknown",
-                            "error": Problem(
+                        OperationReport(
+                            operation_id=op.id,
+                            outcome="reconciling",
+                            effect="unknown",
+                            error=Problem(
                                 "backend_unavailable", "a handler's stop was not confirmed; stopping its runtime"
                             ).to_json(),
-                        },
+                        ),
                     )
                 ]
             )
@@ -245,7 +241,7 @@ class Engine:
         if observed == self.observed_sent.get(c.uid) or res is None or observed == res.observed:
             return
         self.observed_sent[c.uid] = observed
-        self.emit([self.command("resource.observe", c.space, {"uid": c.uid, "observed": observed})])
+        self.emit([self.command(c.space, ResourceObserve(uid=c.uid, observed=observed))])
 
     def _purge_deleted(self, now: int) -> None:
         for uid in list(self.control.deleted_queues):
@@ -323,6 +319,7 @@ class Engine:
                 self.schedule(),
                 kafka.follow(queue_reader, self._fold_queue, self.wake.set),
                 kafka.follow(control_reader, self._fold_control, self.wake.set),
+                self.workflows.run(),
             )
         finally:
             for run in list(self.runs.values()):

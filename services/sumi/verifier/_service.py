@@ -27,6 +27,7 @@ from sumi.control.forms.names import MODULE_WORKER, WORKER_VERSION
 from sumi.control.state import ControlState, evolve
 from sumi.core import kafka
 from sumi.core import records as r
+from sumi.core.commands import OperationReport, submitted
 from sumi.core.config import Settings
 from sumi.core.problems import FieldError, Problem
 from sumi.runtime import JsRuntime, Limits, Module, PyRuntime
@@ -90,19 +91,16 @@ class Verifier:
                 last = exc
         return LoadInfo(load_error=f"the {runtime} runtime is unavailable: {last}")
 
-    async def verify(self, record: r.ResourceCreated) -> dict[str, Any]:
-        """The operation.report payload for one Version's create Operation."""
+    async def verify(self, record: r.ResourceCreated) -> OperationReport:
+        """The operation.report for one Version's create Operation."""
         spec = json.loads(record.spec)
         worker = self.control.resource(spec["worker"]["resourceUid"])
-        report: dict[str, Any] = {"operationId": record.operationId}
+        op = record.operationId
         if worker is None or worker.form != MODULE_WORKER:
             problem = Problem("dependency_conflict", f"worker {spec['worker']['resourceUid']}: not found")
-            return {
-                **report,
-                "outcome": "failed",
-                "observed": {"verified": False},
-                "error": problem.to_json(),
-            }
+            return OperationReport(
+                operation_id=op, outcome="failed", observed={"verified": False}, error=problem.to_json()
+            )
         modules = [Module(m["name"], m["content"]) for m in spec["modules"]]
         info = await self.load(str(worker.spec.get("runtime", "javascript")), modules, spec["mainModule"])
         if info.load_error is not None:
@@ -111,12 +109,8 @@ class Verifier:
                 f"the main module {spec['mainModule']} does not load: {info.load_error}",
                 [FieldError("/spec/modules", info.load_error)],
             )
-            return {
-                **report,
-                "outcome": "failed",
-                "error": problem.to_json(),
-                "observed": {"verified": True, "loadError": info.load_error},
-            }
+            observed: dict[str, Any] = {"verified": True, "loadError": info.load_error}
+            return OperationReport(operation_id=op, outcome="failed", observed=observed, error=problem.to_json())
         observed = {
             "verified": True,
             "handlers": list(info.handlers),
@@ -129,18 +123,17 @@ class Verifier:
                 f"the main module {spec['mainModule']} does not provide the {missing[0]!r} handler its worker declares",
                 [FieldError("/spec/mainModule", f"lacks the {missing[0]!r} handler")],
             )
-            return {**report, "outcome": "failed", "observed": observed, "error": problem.to_json()}
-        return {**report, "outcome": "succeeded", "observed": observed}
+            return OperationReport(operation_id=op, outcome="failed", observed=observed, error=problem.to_json())
+        return OperationReport(operation_id=op, outcome="succeeded", observed=observed)
 
-    def command(self, space: str, payload: dict[str, Any], now: int) -> r.CommandSubmitted:
-        return r.CommandSubmitted(
-            commandId=f"{payload['operationId']}.verified",
-            kind="operation.report",
+    def command(self, space: str, report: OperationReport, now: int) -> r.CommandSubmitted:
+        return submitted(
+            report,
+            command_id=f"{report.operation_id}.verified",
             space=space,
             principal=PRINCIPAL,
             admin=True,
-            payload=json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
-            submittedAt=now,
+            now=now,
         )
 
     async def close(self) -> None:
@@ -193,7 +186,7 @@ class Verifier:
             log.exception("verifier skips %s[%d]@%d", message.topic, message.partition, message.offset)
             return [quarantine.out(message, kafka.failed(exc))] if new else []
         cmd = self.command(record.space, payload, int(time.time() * 1000))
-        log.info("verified %s (%s): %s", record.uid, record.name, payload["outcome"])
+        log.info("verified %s (%s): %s", record.uid, record.name, payload.outcome)
         return [kafka.Out(self.settings.topic("commands"), record.space, cmd)]
 
 

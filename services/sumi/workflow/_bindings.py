@@ -28,8 +28,8 @@ class Bindings:
         self.engine = engine
 
     async def call(self, code: VersionView | None, method: str, args: dict[str, Any]) -> Any:
-        uid = code.workflow_bindings.get(str(args.get("binding"))) if code else None
-        wf = self.engine.control.workflow(uid) if uid else None
+        uid = binding_target(code, args)
+        wf = self.engine.control.workflow(uid)
         if code is None or wf is None:
             raise HostError("backend_unavailable", "the bound Workflow is not available")
         caller = d.Caller(ids.new_ulid(), wf.space, f"worker:{code.uid}", method)
@@ -40,9 +40,7 @@ class Bindings:
 
     async def _call(self, uid: str, caller: d.Caller, method: str, args: dict[str, Any]) -> Any:
         if method == "workflow.create":
-            payload = {k: v for k, v in args.items() if k in ("id", "params")}
-            cmd = c.decode(c.CreateInstance.kind, json.dumps({"workflowUid": uid, "id": "_", **payload}))
-            create = c.CreateInstance.new(uid, args.get("id"), cmd.params)  # type: ignore[union-attr]
+            create = create_command(uid, args)
             await self._decided(c.key_of(create), create, caller)
             return {"id": create.instance_id}
         iid = args.get("id")
@@ -55,9 +53,7 @@ class Bindings:
         if method == "workflow.status":
             return status_of(inst)
         if method == "workflow.sendEvent":
-            body = {"workflowUid": uid, "id": iid, **{k: v for k, v in args.items() if k in ("type", "payload")}}
-            event = c.decode(c.SendEvent.kind, json.dumps(body))
-            return await self._decided(key, event, caller)
+            return await self._decided(key, event_command(uid, args), caller)
         if method == "workflow.terminate":
             run = self.engine.runs.get(key)
             if run is not None:
@@ -74,6 +70,26 @@ class Bindings:
         if not answer.accepted:
             raise Problem.from_json(json.loads(answer.problem))
         return json.loads(answer.result) if answer.result else None
+
+
+def binding_target(code: VersionView | None, args: dict[str, Any]) -> str:
+    """The DurableWorkflow UID a binding names (the calling Version's `workflowBindings`)."""
+    uid = code.workflow_bindings.get(str(args.get("binding"))) if code else None
+    if uid is None:
+        raise HostError("backend_unavailable", "the bound Workflow is not available")
+    return uid
+
+
+def create_command(uid: str, args: dict[str, Any]) -> c.CreateInstance:
+    """`env.NAME.create({id?, params?})` as a typed command; an omitted ID is issued here (WF-19)."""
+    payload = {k: v for k, v in args.items() if k in ("id", "params")}
+    checked = c.decode(c.CreateInstance.kind, json.dumps({"workflowUid": uid, "id": "_", **payload}))
+    return c.CreateInstance.new(uid, args.get("id"), checked.params)  # type: ignore[union-attr]
+
+
+def event_command(uid: str, args: dict[str, Any]) -> c.WorkflowCommand:
+    body = {"workflowUid": uid, "id": args.get("id"), **{k: v for k, v in args.items() if k in ("type", "payload")}}
+    return c.decode(c.SendEvent.kind, json.dumps(body))
 
 
 def status_of(inst: Any) -> dict[str, Any]:

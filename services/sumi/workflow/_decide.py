@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sumi.core import records as r
+from sumi.core.canonical import canonical
 from sumi.core.problems import Problem
-from sumi.workflow._documents import canonical
 from sumi.workflow._state import TERMINAL, Instance, Timer
 from sumi.workflow.commands import CreateInstance, SendEvent, TerminateInstance
 

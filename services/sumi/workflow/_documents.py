@@ -9,17 +9,12 @@ limits remain: a root object (DOC-1), at most 1024 own properties on the root, a
 
 from typing import Any
 
-import rfc8785
-
+from sumi.core.canonical import CanonicalizationError, canonical
 from sumi.core.problems import Problem
 
 MAX_DOCUMENT_BYTES = 1_048_576
 MAX_ROOT_PROPERTIES = 1024
 MAX_NAME_LENGTH = 256  # instance IDs, step names, event types: Unicode scalar values (WF-19, WF-23, WF-34)
-
-
-def canonical(value: Any) -> str:
-    return rfc8785.dumps(value).decode("utf-8")
 
 
 def document_json(value: Any, what: str) -> str:
@@ -30,7 +25,7 @@ def document_json(value: Any, what: str) -> str:
         raise Problem("document_too_large", f"{what} has more than {MAX_ROOT_PROPERTIES} properties")
     try:
         text = canonical(value)
-    except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
+    except (CanonicalizationError, TypeError, ValueError) as exc:
         raise Problem("invalid_params", f"{what} is not a document: {exc}") from None
     if len(text.encode("utf-8")) > MAX_DOCUMENT_BYTES:
         raise Problem("document_too_large", f"{what} exceeds {MAX_DOCUMENT_BYTES} bytes as canonical JSON")

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from sumi.core import records as r
+from sumi.core.canonical import canonical
 from sumi.core.ids import new_ulid
 from sumi.core.problems import Problem
 from sumi.core.topics import instance_key
-from sumi.workflow._documents import canonical, document_json, is_name
+from sumi.workflow._documents import document_json, is_name
 
 
 @dataclass(frozen=True)

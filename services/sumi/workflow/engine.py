@@ -27,19 +27,19 @@ predecessor), as the queue engine does; scale-out would split partitions by a gr
 
 import asyncio
 import heapq
-import json
 import logging
 import os
 import time
 from collections import OrderedDict
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from sumi.core import codec, ids
+from sumi.core import ids, kafka
 from sumi.core import records as r
+from sumi.core.commands import Command as ControlCommand
+from sumi.core.commands import OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
-from sumi.core.kafka import shorten_txn_retry
 from sumi.core.problems import Problem
 from sumi.queue._outbox import Outbox
 from sumi.runtime.types import WorkflowOutcome
@@ -92,6 +92,7 @@ class Engine:
         self.last_put: asyncio.Future[None] | None = None
         self._runtimes: dict[str, Any] = {}
         self._last_observe = 0
+        self.closing = False
 
     def now(self) -> int:
         return now_ms()
@@ -140,9 +141,9 @@ class Engine:
         if len(self.decided) > REMEMBERED_COMMANDS:
             self.decided.popitem(last=False)
 
-    def control_command(self, kind: str, space: str, payload: dict[str, Any]) -> r.CommandSubmitted:
-        return r.CommandSubmitted(
-            ids.new_ulid(), kind, space, "sumi-workflow", True, json.dumps(payload, sort_keys=True), now_ms()
+    def control_command(self, space: str, command: ControlCommand) -> r.CommandSubmitted:
+        return submitted(
+            command, command_id=ids.new_ulid(), space=space, principal="sumi-workflow", admin=True, now=now_ms()
         )
 
     # ---- commands ------------------------------------------------------------------------------
@@ -150,11 +151,7 @@ class Engine:
     def command(self, message: Any) -> None:
         tp = TopicPartition(message.topic, message.partition)
         self.read[tp] = message.offset + 1
-        try:
-            rec = codec.decode(message.value)
-        except ValueError as exc:
-            log.warning("skipping an undecodable command at %s@%d: %s", tp, message.offset, exc)
-            return
+        rec = self._decoded(message)
         if not isinstance(rec, r.CommandSubmitted) or rec.commandId in self.decided:
             return
         caller = d.Caller(rec.commandId, rec.space, rec.principal, rec.kind)
@@ -202,6 +199,8 @@ class Engine:
         """The context of `run` has physically stopped: publish what follows from it."""
         key, now = run.key, self.now()
         self.runs.pop(key, None)
+        if self.closing:  # the engine is going down: the next one decides from the log
+            return
         inst = self.instances.get(key)
         futures = []
         if inst is not None and inst.owner == run.token:
@@ -239,7 +238,7 @@ class Engine:
                 continue
             wf = self.control.workflow(inst.workflow_uid)
             allocation = self.control.allocation(wf) if wf is not None and wf.state != "deleting" else []
-            if wf is None or not allocation:
+            if wf is None or wf.class_name is None or not allocation:
                 self.blocked.add(key)  # no usable Version: it runs once the control log gives one
                 continue
             run = ContextRun(self, key, wf.class_name, allocation)
@@ -301,11 +300,8 @@ class Engine:
             for k in keys:
                 inst = self.instances[k]
                 self.emit(k, [r.InstancePurged(wf.uid, inst.instance_id, now)])
-            report = {"operationId": op, "outcome": "succeeded", "effect": "complete"}
-            self.emit(
-                wf.uid,
-                [r.InstancesPurged(wf.uid, now, op), self.control_command("operation.report", wf.space, report)],
-            )
+            report = OperationReport(operation_id=op, outcome="succeeded", effect="complete")
+            self.emit(wf.uid, [r.InstancesPurged(wf.uid, now, op), self.control_command(wf.space, report)])
             self.reported.add(op)
 
     def _observe(self) -> None:
@@ -320,8 +316,8 @@ class Engine:
             per = counts.get(wf.uid, dict.fromkeys(STATUSES, 0))
             if self.observed.get(wf.uid) != per:
                 self.observed[wf.uid] = per
-                payload = {"uid": wf.uid, "observed": {"instanceCounts": per}}
-                self.emit(wf.uid, [self.control_command("resource.observe", wf.space, payload)])
+                observe = ResourceObserve(uid=wf.uid, observed={"instanceCounts": per})
+                self.emit(wf.uid, [self.control_command(wf.space, observe)])
 
     async def schedule(self) -> None:
         while True:
@@ -335,63 +331,40 @@ class Engine:
 
     # ---- reading the logs ------------------------------------------------------------------
 
-    async def _open(self, topic: str, group: str | None = None) -> tuple[AIOKafkaConsumer, dict[TopicPartition, int]]:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            group_id=group,
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            fetch_max_wait_ms=100 if group else 500,
-            max_partition_fetch_bytes=4 << 20,
+    async def _reader(self, topic: str, group: str | None = None) -> tuple[AIOKafkaConsumer, list[TopicPartition]]:
+        # Commands are read with a short long-poll (they wait for an answer); the logs with a long one.
+        consumer = kafka.new_consumer(
+            self.settings, group, fetch_max_wait_ms=100 if group else 500, max_partition_fetch_bytes=4 << 20
         )
         await consumer.start()
-        parts = None
-        for _ in range(100):
-            parts = consumer.partitions_for_topic(topic)
-            if parts:
-                break
-            await consumer._client.force_metadata_update()
-            await asyncio.sleep(0.1)
-        if not parts:
-            raise RuntimeError(f"topic {topic} has no partitions")
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        if group is None:
-            await consumer.seek_to_beginning(*tps)
-        return consumer, await consumer.end_offsets(tps)
+        return consumer, await kafka.partitions(consumer, topic)
 
-    async def _catch_up(self, consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int], fold: Any) -> None:
-        while await _behind(consumer, ends):
-            for messages in (await consumer.getmany(timeout_ms=200, max_records=5000)).values():
-                for m in messages:
-                    fold(m)
+    def _fold_log(self, m: Any, before_end: bool = True) -> None:
+        record = self._decoded(m)
+        if record is not None:
+            self.fold(m.key.decode() if m.key else "", record)
 
-    def _fold_log(self, m: Any) -> None:
-        self.fold(m.key.decode(), codec.decode(m.value))
+    def _fold_control(self, m: Any, before_end: bool = True) -> None:
+        record = self._decoded(m)
+        if record is None:
+            return
+        try:
+            self.control.fold(record)
+        except Exception:  # one record the fold cannot take must not stop every workflow
+            log.exception("skipping %s[%d]@%d: folding it failed", m.topic, m.partition, m.offset)
 
-    def _fold_control(self, m: Any) -> None:
-        self.control.fold(codec.decode(m.value))
+    def _control_changed(self) -> None:
+        self.runnable |= self.blocked  # a Version may have become usable
+        self.blocked.clear()
+        self.wake.set()
 
-    async def _follow_control(self, consumer: AIOKafkaConsumer) -> None:
-        while True:
-            batch = await consumer.getmany(timeout_ms=200, max_records=5000)
-            for messages in batch.values():
-                for m in messages:
-                    self._fold_control(m)
-            if batch:
-                self.runnable |= self.blocked
-                self.blocked.clear()
-                self.wake.set()
-
-    async def _follow_commands(self, consumer: AIOKafkaConsumer) -> None:
-        while True:
-            batch = await consumer.getmany(timeout_ms=200, max_records=1000)
-            for messages in batch.values():
-                for m in messages:
-                    self.command(m)
-            if batch:
-                self.wake.set()
+    @staticmethod
+    def _decoded(m: Any) -> Any:
+        record = kafka.decode(m.value)
+        if isinstance(record, kafka.Rejected):  # not ours: the projections quarantine and count it
+            log.warning("skipping %s[%d]@%d: %s", m.topic, m.partition, m.offset, record.detail)
+            return None
+        return record
 
     async def _commit_offsets(self, consumer: AIOKafkaConsumer) -> None:
         """The group's offsets, committed after the decisions they cover (in order, so the last
@@ -408,35 +381,33 @@ class Engine:
             committed.update(offsets)
 
     async def run(self) -> None:
-        shorten_txn_retry()
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            transactional_id=f"{self.settings.topic_prefix}-workflow-engine",
-            enable_idempotence=True,
-            linger_ms=0,
-        )
+        kafka.shorten_txn_retry()
+        prefix = self.settings.topic_prefix
+        producer = kafka.new_producer(self.settings, f"{prefix}-workflow-engine", linger_ms=0)
         await producer.start()  # fences and aborts whatever an earlier engine left open
-        log_reader, log_ends = await self._open(self.settings.topic("workflow"))
-        control_reader, control_ends = await self._open(self.settings.topic("control"))
-        group = f"{self.settings.topic_prefix}-workflow-engine"
-        commands, _ = await self._open(self.settings.topic("workflow.commands"), group)
+        log_reader, log_tps = await self._reader(self.settings.topic("workflow"))
+        control_reader, control_tps = await self._reader(self.settings.topic("control"))
+        commands, command_tps = await self._reader(
+            self.settings.topic("workflow.commands"), f"{prefix}-workflow-engine"
+        )
         try:
-            await self._catch_up(control_reader, control_ends, self._fold_control)
-            await self._catch_up(log_reader, log_ends, self._fold_log)
-            await log_reader.stop()
+            await kafka.read_to_end(control_reader, control_tps, self._fold_control)
+            await kafka.read_to_end(log_reader, log_tps, self._fold_log)
+            await log_reader.stop()  # the only writer: every later record is folded when decided
             log.info("workflow engine rebuilt: %d instances", len(self.instances))
+            commands.assign(command_tps)  # from the group's committed offsets
             self.outbox = Outbox(producer, self.settings.partitions)
-            outbox = asyncio.create_task(self.outbox.run())
             now = self.now()
             self.runnable = {k for k, inst in self.instances.items() if d.needs_context(inst, now)}
-            await asyncio.gather(
-                outbox,
-                self.schedule(),
-                self._follow_commands(commands),
-                self._commit_offsets(commands),
-                self._follow_control(control_reader),
-            )
+            # A TaskGroup: one failure (a fenced producer above all) cancels every other loop at once.
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self.outbox.run())
+                tasks.create_task(self.schedule())
+                tasks.create_task(kafka.follow(commands, self.command, self.wake.set, max_records=1000))
+                tasks.create_task(self._commit_offsets(commands))
+                tasks.create_task(kafka.follow(control_reader, self._fold_control, self._control_changed))
         finally:
+            self.closing = True
             for run in list(self.runs.values()):
                 run.stop()
             for rt in self._runtimes.values():
@@ -447,13 +418,6 @@ class Engine:
 
 
 STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
-
-
-async def _behind(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:
-    for tp, end in ends.items():
-        if await consumer.position(tp) < end:
-            return True
-    return False
 
 
 async def serve(settings: Settings) -> None:

@@ -85,6 +85,7 @@ class Bench:
         self.log = log
         self.workflow_uid = ""
         self.queue_uid = ""
+        self.worker_uid = ""
 
     async def _send(self, topic: str, key: str, rec: Any) -> None:
         await self.producer.send_and_wait(
@@ -101,6 +102,7 @@ class Bench:
         runtime: str = "javascript",
         queue_binding: str | None = None,
         binding: str | None = None,
+        handlers: list[str] | None = None,
     ) -> str:
         """Worker, Version (verified, exporting the class), Deployment and Workflow, all active; with
         `queue_binding`, an AtLeastOnceQueue bound to the Version under that name (its UID: `self.queue_uid`);
@@ -122,7 +124,12 @@ class Bench:
             self.queue_uid = queue
         specs += [
             (worker, MODULE_WORKER, {"runtime": runtime}, None),
-            (version, WORKER_VERSION, version_spec, {"verified": True, "workflowClasses": [class_name]}),
+            (
+                version,
+                WORKER_VERSION,
+                version_spec,
+                {"verified": True, "workflowClasses": [class_name], "handlers": handlers or []},
+            ),
             (
                 dep,
                 WORKER_DEPLOYMENT,
@@ -135,14 +142,16 @@ class Bench:
             (wf, DURABLE_WORKFLOW, {"worker": {"resourceUid": worker}, "className": class_name}, None),
         ]
         for uid, form, spec, observed in specs:
-            await self._send(
-                "control", SPACE, r.ResourceCreated(uid, SPACE, uid, form, json.dumps(spec), 1, "op", _now())
-            )
-            if observed is not None:
-                await self._send("control", SPACE, r.ResourceObserved(uid, SPACE, json.dumps(observed), _now()))
-            await self._send("control", SPACE, r.ResourceStateChanged(uid, SPACE, "active", _now()))
-        self.workflow_uid = wf
+            await self.resource(uid, form, spec, observed)
+        self.workflow_uid, self.worker_uid = wf, worker
         return wf
+
+    async def resource(self, uid: str, form: str, spec: dict[str, Any], observed: Any = None) -> None:
+        """One active Resource, as the control processor would have recorded it."""
+        await self._send("control", SPACE, r.ResourceCreated(uid, SPACE, uid, form, json.dumps(spec), 1, "op", _now()))
+        if observed is not None:
+            await self._send("control", SPACE, r.ResourceObserved(uid, SPACE, json.dumps(observed), _now()))
+        await self._send("control", SPACE, r.ResourceStateChanged(uid, SPACE, "active", _now()))
 
     async def submit(self, cmd: c.WorkflowCommand) -> str:
         command_id = uuid.uuid4().hex

@@ -1,6 +1,9 @@
 """Terminate, retention, delete, bindings and a Python workflow, on the real broker."""
 
+import asyncio
+import contextlib
 import json
+import time
 import uuid
 
 import pytest
@@ -147,3 +150,57 @@ async def _report(settings: Settings, op: str) -> dict[str, object]:
         raise TimeoutError("no report")
     finally:
         await consumer.stop()
+
+
+STARTER = """
+export default {
+  async queue(batch, env) {
+    for (const m of batch.messages) {
+      const inst = await env.FLOWS.create({ id: `from-${m.id}`, params: { n: 7 } });
+      await inst.sendEvent({ type: 'go', payload: { k: 1 } });
+    }
+  },
+};
+export class Flow {
+  async run(event, step) {
+    const e = await step.waitForEvent('w', { type: 'go', timeoutSeconds: 60 });
+    return { n: event.params.n, k: e.k };
+  }
+}
+"""
+
+
+async def test_a_queue_handler_starts_instances_through_its_binding(kafka_bootstrap: str, database_url: str) -> None:
+    # WF-18, WF-23 from a queue handler: the queue engine submits commands, the workflow engine decides
+    from sumi.control.forms.names import QUEUE_CONSUMER
+    from sumi.queue.engine import Engine as QueueEngine
+
+    settings = new(kafka_bootstrap, database_url)
+    async with engine_bench(settings) as (b, _):
+        wf = await b.deploy(STARTER, queue_binding="UNUSED", binding="FLOWS", handlers=["queue"])
+        consumer_spec = {
+            "queue": {"resourceUid": b.queue_uid},
+            "worker": {"resourceUid": b.worker_uid},
+            "maxBatchSize": 10,
+            "maxBatchTimeoutSeconds": 0,
+            "maxConcurrency": 1,
+            "maxRetries": 3,
+            "retryDelaySeconds": 0,
+        }
+        await b.resource(f"res_c{uuid.uuid4().hex[:8]}", QUEUE_CONSUMER, consumer_spec)
+        queue_engine = QueueEngine(settings)
+        task = asyncio.create_task(queue_engine.run())
+        try:
+            now = int(time.time() * 1000)
+            await b._send("queue", b.queue_uid, r.MessageAccepted(b.queue_uid, SPACE, "msg_1", b"x", now, now))
+            assert await b.status("from-msg_1", "complete", "errored", timeout=90) == "complete"
+            (done,) = [x for x in b.log.of("from-msg_1", r.InstanceStatusChanged) if x.status == "complete"]
+            assert done.output == '{"k":1,"n":7}'
+            (created,) = b.log.of("from-msg_1", r.InstanceCreated)
+            assert (
+                created.workflowUid == wf and created.principal is not None and created.principal.startswith("worker:")
+            )
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

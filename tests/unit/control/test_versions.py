@@ -616,6 +616,7 @@ def _created(uid: str, worker_uid: str, modules: dict[str, str], main: str) -> r
 
 
 async def test_verifier_reports_exports_and_failures() -> None:
+    from sumi.core.commands import OperationReport, decode
     from sumi.core.config import Settings
     from sumi.verifier import Verifier
 
@@ -641,17 +642,18 @@ async def test_verifier_reports_exports_and_failures() -> None:
                 "worker.js",
             )
         )
-        assert good == {
-            "operationId": "op_res_a",
-            "outcome": "succeeded",
-            "observed": {"verified": True, "handlers": ["queue"], "workflowClasses": ["Flow"]},
-        }
+        assert good == OperationReport(
+            operation_id="op_res_a",
+            outcome="succeeded",
+            observed={"verified": True, "handlers": ["queue"], "workflowClasses": ["Flow"]},
+        )
         broken = await verifier.verify(_created("res_b", "res_w", {"worker.js": "export default {"}, "worker.js"))
-        assert broken["outcome"] == "failed" and broken["error"]["code"] == "invalid_spec"
-        assert broken["observed"]["verified"] is True and "SyntaxError" in broken["observed"]["loadError"]
+        assert broken.outcome == "failed" and broken.error and broken.error["code"] == "invalid_spec"
+        assert broken.observed and broken.observed["verified"] is True
+        assert "SyntaxError" in broken.observed["loadError"]
         lacking = await verifier.verify(_created("res_c", "res_w", {"worker.js": "export default {};"}, "worker.js"))
-        assert lacking["outcome"] == "failed" and "queue" in lacking["error"]["detail"]  # QC-16
-        assert lacking["observed"] == {"verified": True, "handlers": [], "workflowClasses": []}
+        assert lacking.outcome == "failed" and lacking.error and "queue" in lacking.error["detail"]  # QC-16
+        assert lacking.observed == {"verified": True, "handlers": [], "workflowClasses": []}
         # The worker's later update (handlers dropped) is folded too.
         verifier.fold(
             r.ResourceUpdated(
@@ -664,12 +666,17 @@ async def test_verifier_reports_exports_and_failures() -> None:
             )
         )
         again = await verifier.verify(_created("res_d", "res_w", {"worker.js": "export default {};"}, "worker.js"))
-        assert again["outcome"] == "succeeded"
+        assert again.outcome == "succeeded"
         verifier.fold(r.ResourceDeleted("res_w", "demo", "op_d", NOW))
         orphan = await verifier.verify(_created("res_e", "res_w", {"worker.js": GOOD_JS}, "worker.js"))
-        assert orphan["outcome"] == "failed"
+        assert orphan.outcome == "failed"
         cmd_ = verifier.command("demo", good, NOW)
         assert cmd_.kind == "operation.report" and cmd_.admin and cmd_.principal == "sumi-verifier"
-        assert json.loads(cmd_.payload) == good
+        assert decode("operation.report", cmd_.payload) == good
+        assert json.loads(cmd_.payload) == {
+            "operationId": "op_res_a",
+            "outcome": "succeeded",
+            "observed": {"verified": True, "handlers": ["queue"], "workflowClasses": ["Flow"]},
+        }
     finally:
         await verifier.close()

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sumi.runtime._protocol import Invocation, ProtocolError, check_host_call, check_reply
+from sumi.runtime._protocol import Invocation, ProtocolError, Refused, check_host_call, check_reply
 
 RUN = Invocation.of({"op": "invoke_workflow", "env": {"queueBindings": ["OUT"], "workflowBindings": ["WF"]}})
 QUEUE = Invocation.of({"op": "invoke_queue", "batch": {"id": "b1"}, "env": {"workflowBindings": ["WF"]}})
@@ -55,13 +55,20 @@ def test_allowed_workflow_calls_pass_unchanged(method: str, args: dict[str, Any]
         ("workflow.create", {"binding": "WF", "params": {"f": float("nan")}}, RUN),
         ("workflow.sendEvent", {"binding": "WF", "id": "i", "type": "x" * 257}, RUN),
         ("workflow.get", {"binding": "WF"}, RUN),
-        ("batch.acknowledge", {"batchId": "b1", "messageId": "m"}, RUN),  # no batch in a workflow run
     ],
 )
 def test_refused_calls_stop_the_context(method: str, args: dict[str, Any], inv: Invocation) -> None:
     with pytest.raises(ProtocolError) as info:
         call(method, args, inv)
     assert info.value.context_id == "c1"
+
+
+def test_a_batch_call_in_a_workflow_run_is_unknown_batch() -> None:
+    # No batch is handled in a run: honest code can still hold a batch object from elsewhere,
+    # so the runtime answers it like a stale batch, without the Host (QC-25), not as a forgery.
+    with pytest.raises(Refused) as info:
+        call("batch.acknowledge", {"batchId": "b1", "messageId": "m"}, RUN)
+    assert info.value.name == "unknown_batch"
 
 
 def test_queue_handlers_may_call_workflow_bindings() -> None:  # WF-18

@@ -5,10 +5,10 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from wf_kit import T0, Sim
 
 from sumi.core import records as r
 from sumi.workflow import _decide as d
+from tests.unit.workflow.wf_kit import T0, Sim
 
 DO1 = {"maxAttempts": 1}
 
@@ -367,18 +367,3 @@ def test_the_fold_of_the_log_is_the_state_the_engine_kept(actions: list[str], na
         elif sim.alive and action == "wait":
             sim.call("step.waitForEvent", name=name + "w", type=name, timeoutSeconds=3)
         assert sim.rebuilt() == sim.inst
-
-
-def test_the_core_imports_no_plumbing() -> None:
-    # style.md: decision modules import no aiokafka, psycopg, starlette or fastavro.
-    import ast
-    from pathlib import Path
-
-    import sumi.workflow
-
-    root = Path(sumi.workflow.__file__).parent
-    for module in ("_state.py", "_decide.py", "_documents.py", "commands.py"):
-        tree = ast.parse((root / module).read_text())
-        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        assert not {x.split(".")[0] for x in names} & {"aiokafka", "psycopg", "starlette", "fastavro"}, module

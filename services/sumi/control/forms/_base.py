@@ -47,7 +47,7 @@ class Registry(Protocol):
 class Form(Protocol):
     url: str
 
-    def validate_spec(self, spec: Any) -> list[FieldError]:
+    def validate_spec(self, spec: object) -> list[FieldError]:
         """Shape and ranges of the whole spec (closed objects, required fields)."""
 
     def check_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldError]:
@@ -83,7 +83,7 @@ class BaseForm:
 
     url = ""
 
-    def validate_spec(self, spec: Any) -> list[FieldError]:
+    def validate_spec(self, spec: object) -> list[FieldError]:
         return []
 
     def check_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldError]:
@@ -114,7 +114,7 @@ class BaseForm:
 
 
 def closed_object(
-    value: Any, path: str, required: Iterable[str], optional: Iterable[str] = ()
+    value: object, path: str, required: Iterable[str], optional: Iterable[str] = ()
 ) -> tuple[dict[str, Any], list[FieldError]]:
     """A JSON object with exactly the allowed keys; returns it and the errors found."""
     if not isinstance(value, dict):
@@ -126,7 +126,7 @@ def closed_object(
     return value, errors
 
 
-def integer_in(value: Any, path: str, low: int, high: int) -> list[FieldError]:
+def integer_in(value: object, path: str, low: int, high: int) -> list[FieldError]:
     # bool is an int in Python and 1.0 is not an integer in this contract.
     if isinstance(value, bool) or not isinstance(value, int):
         return [FieldError(path, f"must be an integer {low}..{high}")]
@@ -135,7 +135,7 @@ def integer_in(value: Any, path: str, low: int, high: int) -> list[FieldError]:
     return []
 
 
-def reference_shape(value: Any, path: str) -> list[FieldError]:
+def reference_shape(value: object, path: str) -> list[FieldError]:
     """QC-11 / WF-1: exactly {"resourceUid": "<non-empty string>"}."""
     ref, errors = closed_object(value, path, ["resourceUid"])
     if not errors and (not isinstance(ref["resourceUid"], str) or not ref["resourceUid"]):

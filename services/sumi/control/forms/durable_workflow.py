@@ -51,7 +51,7 @@ LIVE = ("active", "updating")
 class DurableWorkflow(BaseForm):
     url = DURABLE_WORKFLOW
 
-    def validate_spec(self, spec: Any) -> list[FieldError]:
+    def validate_spec(self, spec: object) -> list[FieldError]:
         # WF-1: exactly these two, no defaults, the reference closed.
         spec, errors = closed_object(spec, "/spec", IMMUTABLE)
         if "worker" in spec:

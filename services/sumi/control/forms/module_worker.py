@@ -19,7 +19,7 @@ KNOWN_HANDLERS = ("queue",)
 class ModuleWorker(BaseForm):
     url = MODULE_WORKER
 
-    def validate_spec(self, spec: Any) -> list[FieldError]:
+    def validate_spec(self, spec: object) -> list[FieldError]:
         spec, errors = closed_object(spec, "/spec", ["runtime", "handlers"])
         if "runtime" in spec and spec["runtime"] not in ("javascript", "python"):
             errors.append(FieldError("/spec/runtime", 'must be "javascript" or "python"'))

@@ -1,8 +1,5 @@
 """AtLeastOnceQueue 0.2.0 (forms.md): a queue whose messages are its data."""
 
-from collections.abc import Mapping
-from typing import Any
-
 from sumi.control.forms._base import BaseForm, Registry, ResourceView, closed_object, form_url, integer_in, referencing
 from sumi.core.problems import FieldError, Problem
 
@@ -12,7 +9,7 @@ URL = form_url("AtLeastOnceQueue", "0.2.0")
 class AtLeastOnceQueue(BaseForm):
     url = URL
 
-    def validate_spec(self, spec: Any) -> list[FieldError]:
+    def validate_spec(self, spec: object) -> list[FieldError]:
         spec, errors = closed_object(spec, "/spec", ["retentionSeconds"])
         if "retentionSeconds" in spec:
             errors += integer_in(spec["retentionSeconds"], "/spec/retentionSeconds", 60, 1_209_600)
@@ -26,6 +23,3 @@ class AtLeastOnceQueue(BaseForm):
         if users:
             return Problem("dependency_conflict", f"queue {resource.uid} is referenced by QueueConsumer {users[0].uid}")
         return None
-
-    def observed_initial(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        return {}

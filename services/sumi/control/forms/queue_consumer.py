@@ -37,7 +37,7 @@ IMMUTABLE = ("queue", "worker")  # QC-2, QC-3, QC-12, QC-40
 class QueueConsumer(BaseForm):
     url = QUEUE_CONSUMER
 
-    def validate_spec(self, spec: Any) -> list[FieldError]:
+    def validate_spec(self, spec: object) -> list[FieldError]:
         # QC-1, QC-10, QC-11, QC-53: a closed object, every field required but deadLetterQueue.
         spec, errors = closed_object(spec, "/spec", [*REFS, *RANGES], ["deadLetterQueue"])
         for name in (*REFS, "deadLetterQueue"):

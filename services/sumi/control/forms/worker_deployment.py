@@ -111,7 +111,7 @@ def allocations_to_check(registry: Registry, worker_uid: str) -> list[list[tuple
 class WorkerDeployment(BaseForm):
     url = WORKER_DEPLOYMENT
 
-    def validate_spec(self, spec: Any) -> list[FieldError]:
+    def validate_spec(self, spec: object) -> list[FieldError]:
         spec, errors = closed_object(spec, "/spec", ["worker", "versions"])
         if "worker" in spec:
             errors += reference_shape(spec["worker"], "/spec/worker")

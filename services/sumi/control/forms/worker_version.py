@@ -6,7 +6,6 @@ what it exports with `operation.report`. Until then the Version is "verifying":
 state `creating`, observed `{"verified": false}`.
 """
 
-import json
 import re
 from collections.abc import Mapping
 from pathlib import PurePosixPath
@@ -28,6 +27,7 @@ from sumi.control.forms.names import (
     WORKER_DEPLOYMENT,
     WORKER_VERSION,
 )
+from sumi.core.canonical import canonical
 from sumi.core.problems import FieldError, Problem
 
 BINDING_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")  # \Z, not $: see _base.NAME_RE
@@ -37,7 +37,7 @@ EXTENSIONS = {"javascript": (".js", ".mjs"), "python": (".py",)}
 ALL_EXTENSIONS = (".js", ".mjs", ".py")
 
 
-def module_name_error(name: Any) -> str | None:
+def module_name_error(name: object) -> str | None:
     """A relative path: no leading '/', no empty, '.' or '..' segments, a code extension."""
     if not isinstance(name, str) or not name:
         return "must be a non-empty string"
@@ -52,7 +52,7 @@ def module_name_error(name: Any) -> str | None:
     return None
 
 
-def _modules_errors(modules: Any) -> list[FieldError]:
+def _modules_errors(modules: object) -> list[FieldError]:
     if not isinstance(modules, list) or not modules:
         return [FieldError("/spec/modules", "must be a non-empty array")]
     errors: list[FieldError] = []
@@ -156,7 +156,7 @@ def class_fitness(version: ResourceView, class_name: str) -> str | Problem:
 class WorkerVersion(BaseForm):
     url = WORKER_VERSION
 
-    def validate_spec(self, spec: Any) -> list[FieldError]:
+    def validate_spec(self, spec: object) -> list[FieldError]:
         spec, errors = closed_object(
             spec,
             "/spec",
@@ -183,7 +183,7 @@ class WorkerVersion(BaseForm):
     def check_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldError]:
         # Immutable: a PUT is accepted only with exactly the same spec.
         keys = sorted(set(old) | set(new))
-        changed = [k for k in keys if _canonical(old.get(k)) != _canonical(new.get(k))]
+        changed = [k for k in keys if canonical(old.get(k)) != canonical(new.get(k))]
         return [FieldError(f"/spec/{k}", "a WorkerVersion is immutable") for k in changed]
 
     def check_references(self, registry: Registry, spec: Mapping[str, Any], self_uid: str | None) -> Problem | None:
@@ -235,7 +235,3 @@ class WorkerVersion(BaseForm):
 
     def initial_observed(self, spec: Mapping[str, Any]) -> dict[str, Any] | None:
         return {"verified": False}
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -37,7 +37,7 @@
   'use strict';
   const { apply } = Reflect;
   const { freeze, keys, getOwnPropertyDescriptor } = Object;
-  const { parse: jsonParse, stringify: jsonStringify } = JSON;
+  const { parse: jsonParse } = JSON;
   const { isInteger } = Number;
   const charCodeAt = String.prototype.charCodeAt;
   const WeakSetHas = WeakSet.prototype.has;

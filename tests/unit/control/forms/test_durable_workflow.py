@@ -15,6 +15,7 @@ from sumi.control.forms import FORMS
 from sumi.control.forms.durable_workflow import STATUSES
 from sumi.control.forms.names import DURABLE_WORKFLOW, QUEUE, WORKER_VERSION
 from sumi.core import records as r
+from sumi.gateway.openapi import document
 from tests.decisions_kit import (
     cmd,
     code,
@@ -390,3 +391,18 @@ def test_reported_counts_keep_the_control_planes_ready() -> None:  # WF-9
     v = verified(s, w, classes=("Flow",))
     deploy(s, w, (v, 100))
     assert observed(s, "wf") == {**observed(s, "wf"), "ready": True, "instanceCounts": counts}
+
+
+def test_the_form_gains_nothing_implicitly() -> None:  # WF-48, WF-21, WF-22
+    assert FORM.url == "https://edge.forms.takoform.com/forms/DurableWorkflow/0.3.0/"
+    assert STATUSES == ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
+    schemas = document()["components"]["schemas"]
+    assert schemas["Instance"]["properties"]["status"]["enum"] == list(STATUSES)
+    assert set(schemas["Instance"]["properties"]["error"]["properties"]["reason"]["enum"]) == {
+        "run_threw",
+        "step_failed",
+        "step_limit_exceeded",
+        "lifetime_exceeded",
+        "step_definition_mismatch",
+    }
+    assert spec_paths({**wf_spec("res_w"), "retention": 30}) == {"/spec/retention"}  # no new inputs

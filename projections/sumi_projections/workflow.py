@@ -1,0 +1,185 @@
+"""Read models of the instance log (`<prefix>.workflow`): instances, their history, counts.
+
+- `workflow_instances`: one row per instance (status, output, error, times) for §5's
+  get and list. Counts per workflow and status (`workflow_counts`) follow it by trigger.
+- `workflow_history`: every record of an instance in commit order as `{seq, type, at,
+  data}` (host-api.md section 5), `seq` counted per instance from 1.
+- The engine's `CommandDecided` records go to the shared `decisions` table, where the
+  gateway waits for them (request–reply, as with the control processor).
+
+All records of an instance share its key's partition, so the offset of the last record
+applied to an instance's row makes every record apply at most once. A purge (retention,
+WF-47; the Workflow's delete, WF-13) removes the rows: the ID is unknown afterwards; a
+deleted Workflow's UID stays in `workflow_purged`.
+"""
+
+import dataclasses
+import json
+from typing import Any
+
+import psycopg
+
+from sumi.core import records as r
+from sumi.core.times import rfc3339
+from sumi_projections import control
+from sumi_projections.control import ts
+
+Cursor = psycopg.AsyncCursor[Any]
+
+# Fields of a record that hold a document (canonical JSON on the log): shown as JSON.
+DOCUMENTS = ("params", "result", "payload", "output", "config")
+# Epoch-ms fields shown as RFC 3339, like `at`.
+TIMES = ("deadline", "due")
+# Not history: the key (it is in the path), the time (it is `at`), and the owner token (a
+# fencing capability of the engine, no business of a reader).
+HIDDEN = ("workflowUid", "instanceId", "space", "at", "createdAt", "ownerToken")
+
+# Set-based statements, one per kind per batch segment (rows as binary arrays, as in
+# sumi_projections.queue): a batch of many instances' step commits is three statements,
+# not one per record (per-record statements held this projection to ~300 records/s).
+_CREATE = (
+    "WITH i AS (INSERT INTO workflow_instances (workflow_uid, instance_id, space, status, created_at, "
+    "updated_at, history_seq, last_offset) SELECT w, i, s, 'queued', a, a, 1, o "
+    "FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[], %b::bigint[]) AS u(w, i, s, a, o) "
+    "WHERE NOT EXISTS (SELECT 1 FROM workflow_purged p WHERE p.workflow_uid = u.w) "
+    "ON CONFLICT (workflow_uid, instance_id) DO NOTHING RETURNING workflow_uid, instance_id) "
+    "INSERT INTO workflow_history (workflow_uid, instance_id, seq, type, at, data) "
+    "SELECT u.w, u.i, 1, 'InstanceCreated', u.a, u.d::jsonb "
+    "FROM unnest(%b::text[], %b::text[], %b::timestamptz[], %b::text[]) AS u(w, i, a, d) "
+    "JOIN i ON i.workflow_uid = u.w AND i.instance_id = u.i"
+)
+# Every other record of an instance: `k` more history rows; status, output and error take the
+# last value a record of the segment gave (a status change), else stay. `base` is the seq
+# before the segment; an instance whose row already holds these offsets is left out.
+_ADVANCE = (
+    "UPDATE workflow_instances AS t SET history_seq = t.history_seq + u.k, last_offset = u.last_o, "
+    "updated_at = u.at, status = COALESCE(u.status, t.status), output = COALESCE(u.output::jsonb, t.output), "
+    "error_reason = COALESCE(u.reason, t.error_reason), error_message = COALESCE(u.message, t.error_message) "
+    "FROM unnest(%b::text[], %b::text[], %b::int[], %b::bigint[], %b::bigint[], %b::timestamptz[], %b::text[], "
+    "%b::text[], %b::text[], %b::text[]) AS u(w, i, k, first_o, last_o, at, status, output, reason, message) "
+    "WHERE t.workflow_uid = u.w AND t.instance_id = u.i AND t.last_offset < u.first_o "
+    "RETURNING t.workflow_uid, t.instance_id, t.history_seq - u.k"
+)
+_HISTORY = (
+    "INSERT INTO workflow_history (workflow_uid, instance_id, seq, type, at, data) "
+    "SELECT w, i, q, y, a, d::jsonb FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[], "
+    "%b::timestamptz[], %b::text[]) AS u(w, i, q, y, a, d)"
+)
+
+HISTORY = (
+    r.InstanceContextStarted,
+    r.StepAttemptCommitted,
+    r.SleepScheduled,
+    r.WaitScheduled,
+    r.RetryScheduled,
+    r.EventAccepted,
+    r.InstanceStatusChanged,
+)
+
+
+def history_data(rec: Any) -> dict[str, Any]:
+    """A record's fields as a history row's `data`: absent optionals left out."""
+    data: dict[str, Any] = {}
+    for name, value in dataclasses.asdict(rec).items():
+        if name in HIDDEN or value is None:
+            continue
+        if name in DOCUMENTS:
+            value = json.loads(value)
+        elif name in TIMES:
+            value = rfc3339(value)
+        data[name] = value
+    return data
+
+
+def _data(rec: Any) -> str:
+    return json.dumps(history_data(rec), ensure_ascii=False)
+
+
+def _columns(rows: list[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:
+    columns: tuple[list[Any], ...] = tuple([] for _ in range(width))
+    for row in rows:
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+    return columns
+
+
+async def apply_many(cur: Cursor, records: list[tuple[Any, int, int]]) -> None:
+    """One partition's records in log order. Purges cut the batch into segments; inside a
+    segment an instance's InstanceCreated precedes its other records, so all creates go
+    first, then every other record, each kind as one statement."""
+    segment: list[tuple[Any, int, int]] = []
+    for item in records:
+        if isinstance(item[0], (r.InstancePurged, r.InstancesPurged)):
+            await _segment(cur, segment)
+            segment = []
+            await _purge(cur, item[0])
+        else:
+            segment.append(item)
+    await _segment(cur, segment)
+
+
+async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
+    await apply_many(cur, [(rec, partition, offset)])
+
+
+async def _segment(cur: Cursor, items: list[tuple[Any, int, int]]) -> None:
+    creates = [(rec, o) for rec, _, o in items if isinstance(rec, r.InstanceCreated)]
+    if creates:
+        rows = [(c.workflowUid, c.instanceId, c.space, ts(c.createdAt), o) for c, o in creates]
+        history = [(c.workflowUid, c.instanceId, ts(c.createdAt), _data(c)) for c, _ in creates]
+        await cur.execute(_CREATE, (*_columns(rows, 5), *_columns(history, 4)))
+    await _advance(cur, [(rec, o) for rec, _, o in items if isinstance(rec, HISTORY)])
+    for rec, partition, offset in items:
+        if isinstance(rec, r.CommandDecided):
+            await control.apply(cur, rec, partition, offset)
+
+
+async def _advance(cur: Cursor, items: list[tuple[Any, int]]) -> None:
+    if not items:
+        return
+    per: dict[tuple[str, str], list[tuple[Any, int]]] = {}
+    for rec, offset in items:
+        per.setdefault((rec.workflowUid, rec.instanceId), []).append((rec, offset))
+    rows = [_advanced(key, recs) for key, recs in per.items()]
+    await cur.execute(_ADVANCE, _columns(rows, 10))
+    bases = {(w, i): base for w, i, base in await cur.fetchall()}
+    history = [
+        (w, i, bases[(w, i)] + n, type(rec).__name__, ts(rec.at), _data(rec))
+        for (w, i), recs in per.items()
+        if (w, i) in bases
+        for n, (rec, _) in enumerate(recs, start=1)
+    ]
+    if history:
+        await cur.execute(_HISTORY, _columns(history, 6))
+
+
+def _advanced(key: tuple[str, str], recs: list[tuple[Any, int]]) -> tuple[Any, ...]:
+    """One instance's row change for its records of a segment (in log order)."""
+    status = output = reason = message = None
+    for rec, _ in recs:
+        if isinstance(rec, r.InstanceStatusChanged):
+            status = rec.status
+            output = rec.output if rec.output is not None else output
+            reason = rec.errorReason if rec.errorReason is not None else reason
+            message = rec.errorMessage if rec.errorMessage is not None else message
+    last = recs[-1][0]
+    return (*key, len(recs), recs[0][1], recs[-1][1], ts(last.at), status, output, reason, message)
+
+
+async def _purge(cur: Cursor, rec: Any) -> None:
+    if isinstance(rec, r.InstancePurged):
+        for table in ("workflow_history", "workflow_instances"):
+            await cur.execute(
+                f"DELETE FROM {table} WHERE workflow_uid = %s AND instance_id = %s",
+                (rec.workflowUid, rec.instanceId),
+            )
+        return
+    # The Workflow's instances live in every partition, and partitions are applied in no
+    # particular order among themselves: a tombstone keeps a record of another partition
+    # that is applied later from bringing an instance back (UIDs are never reused).
+    await cur.execute(
+        "INSERT INTO workflow_purged (workflow_uid, purged_at) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        (rec.workflowUid, ts(rec.at)),
+    )
+    for table in ("workflow_history", "workflow_instances"):
+        await cur.execute(f"DELETE FROM {table} WHERE workflow_uid = %s", (rec.workflowUid,))

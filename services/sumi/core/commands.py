@@ -1,0 +1,184 @@
+"""Every command the control processor decides, one frozen type per kind.
+
+A `CommandSubmitted` record carries its command as `kind` plus a JSON `payload`.
+The payload is decoded and validated here, once, into the type of its kind
+(closed objects, exact JSON types: an integer is not a boolean, a string is not a
+number); the decisions then read typed fields only. A payload that does not decode
+(not JSON, a wrong shape or type, an unknown kind) is a `Problem invalid_request`,
+which the processor answers as a rejected decision: it never stops the processor.
+
+The types are msgspec Structs (frozen, like the records' dataclasses): the library
+decodes and validates the JSON in one pass. Field names are snake_case here and
+camelCase in the payload (`rename="camel"`), as the log has always written them.
+Writers (gateway, engines, verifier, bootstrap) build the typed command and turn it
+into the record with `submitted`, so every payload on the log is written one way.
+"""
+
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+from sumi.core import records as r
+from sumi.core.canonical import canonical
+from sumi.core.problems import Problem
+
+
+class _Command(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True, rename="camel"
+):
+    kind: ClassVar[str]
+
+
+class SpaceCreate(_Command, frozen=True):
+    kind: ClassVar[str] = "space.create"
+    name: str
+
+
+class SpaceDelete(_Command, frozen=True):
+    kind: ClassVar[str] = "space.delete"
+    name: str
+
+
+Role = Literal["viewer", "editor"]
+
+
+class Grant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    space: str
+    role: Role
+
+
+class TokenCreate(_Command, frozen=True):
+    kind: ClassVar[str] = "token.create"
+    principal: str
+    token_hash: str
+    admin: bool = False
+    grants: tuple[Grant, ...] = ()
+
+
+class TokenRevoke(_Command, frozen=True):
+    kind: ClassVar[str] = "token.revoke"
+    principal: str
+
+
+class ResourceCreate(_Command, frozen=True):
+    kind: ClassVar[str] = "resource.create"
+    name: str
+    form: str
+    spec: dict[str, Any]  # the Form judges its shape (invalid_spec), not the command
+    private_inputs: dict[str, Any] | None = None
+
+
+class ResourceUpdate(_Command, frozen=True):
+    kind: ClassVar[str] = "resource.update"
+    ref: str  # a UID or a name
+    spec: dict[str, Any]
+    private_inputs: dict[str, Any] | None = None
+
+
+class ResourceDelete(_Command, frozen=True):
+    kind: ClassVar[str] = "resource.delete"
+    ref: str
+
+
+class OperationApply(_Command, frozen=True):
+    """The processor's own follow-up: carry an accepted Operation out (QC-48)."""
+
+    kind: ClassVar[str] = "operation.apply"
+    operation_id: str
+
+
+Outcome = Literal["succeeded", "failed", "reconciling"]
+Effect = Literal["none", "partial", "complete", "unknown"]
+
+
+class OperationReport(_Command, frozen=True):
+    """A service that owns an Operation's outside effect reports how it ended (or that it reconciles)."""
+
+    kind: ClassVar[str] = "operation.report"
+    operation_id: str
+    outcome: Outcome
+    effect: Effect | None = None
+    observed: dict[str, Any] | None = None  # None: nothing observed to record
+    error: dict[str, Any] | None = None  # a Problem's JSON
+
+
+class ResourceObserve(_Command, frozen=True):
+    """The Host's last confirmed observation of a Resource (QC-35, WF-9)."""
+
+    kind: ClassVar[str] = "resource.observe"
+    uid: str
+    observed: dict[str, Any]
+
+
+Command = (
+    SpaceCreate
+    | SpaceDelete
+    | TokenCreate
+    | TokenRevoke
+    | ResourceCreate
+    | ResourceUpdate
+    | ResourceDelete
+    | OperationApply
+    | OperationReport
+    | ResourceObserve
+)
+
+KINDS: dict[str, type[Command]] = {
+    cls.kind: cls
+    for cls in (
+        SpaceCreate,
+        SpaceDelete,
+        TokenCreate,
+        TokenRevoke,
+        ResourceCreate,
+        ResourceUpdate,
+        ResourceDelete,
+        OperationApply,
+        OperationReport,
+        ResourceObserve,
+    )
+}
+
+_DECODERS = {kind: msgspec.json.Decoder(cls) for kind, cls in KINDS.items()}
+
+
+def decode(kind: str, payload: str) -> Command:
+    """The typed command of a record, or `Problem invalid_request` saying what is wrong."""
+    decoder = _DECODERS.get(kind)
+    if decoder is None:
+        raise Problem("invalid_request", f"unknown command kind {kind!r}")
+    try:
+        command: Command = decoder.decode(payload)
+    except msgspec.DecodeError as exc:  # ValidationError included: shape and types
+        raise Problem("invalid_request", f"the {kind} payload does not decode: {exc}") from None
+    return command
+
+
+def payload(command: Command) -> str:
+    """The command's payload as it goes on the log: canonical JSON (RFC 8785)."""
+    return canonical(msgspec.to_builtins(command))
+
+
+def submitted(
+    command: Command,
+    *,
+    command_id: str,
+    space: str,
+    principal: str,
+    admin: bool,
+    now: int,
+    idempotency_key: str | None = None,
+    fingerprint: str | None = None,
+) -> r.CommandSubmitted:
+    """The record that carries `command` on the commands topic."""
+    return r.CommandSubmitted(
+        commandId=command_id,
+        kind=command.kind,
+        space=space,
+        principal=principal,
+        admin=admin,
+        payload=payload(command),
+        submittedAt=now,
+        idempotencyKey=idempotency_key,
+        fingerprint=fingerprint,
+    )

@@ -1,0 +1,123 @@
+"""Caller Bindings for the other engines (a queue handler's `env.NAME`, WF-18..27).
+
+An engine that does not own the instances (the queue engine) cannot decide for them: it
+appends the typed command to `<prefix>.workflow.commands`, as the gateway does, and waits
+for its `CommandDecided` on the instance log. It follows that log with the one fold of an
+instance (`_state.evolve`), so `get` and `status()` answer from the same facts the
+workflow engine decided on, and a create's own instance is known once its decision is
+(both are in one transaction, on one partition). No answer in time, or a broker that
+cannot take the command: `backend_unavailable` (WF-27).
+"""
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from sumi.control.state import VersionView
+from sumi.core import ids, kafka
+from sumi.core import records as r
+from sumi.core.config import Settings
+from sumi.core.problems import Problem
+from sumi.core.topics import instance_key
+from sumi.runtime import HostError
+from sumi.workflow import commands as c
+from sumi.workflow._bindings import binding_target, create_command, event_command, status_of
+from sumi.workflow._state import Instance, evolve
+
+
+class WorkflowClient:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.instances: dict[str, Instance] = {}
+        self.waiting: dict[str, asyncio.Future[r.CommandDecided]] = {}
+        self.producer: AIOKafkaProducer | None = None
+        self.ready = asyncio.Event()
+
+    async def run(self) -> None:
+        """Follow the instance log (run beside the host engine's own loops)."""
+        self.producer = kafka.new_producer(self.settings)
+        consumer = kafka.new_consumer(self.settings, fetch_max_wait_ms=100)
+        await self.producer.start()
+        await consumer.start()
+        try:
+            tps = await kafka.partitions(consumer, self.settings.topic("workflow"))
+            await kafka.read_to_end(consumer, tps, self._fold)
+            self.ready.set()
+            await kafka.follow(consumer, self._fold)
+        finally:
+            await consumer.stop()
+            await self.producer.stop()
+
+    def _fold(self, m: Any, before_end: bool = True) -> None:
+        rec = kafka.decode(m.value)
+        if isinstance(rec, kafka.Rejected):
+            return
+        if isinstance(rec, r.CommandDecided):
+            fut = self.waiting.pop(rec.commandId, None)
+            if fut is not None and not fut.done():
+                fut.set_result(rec)
+            return
+        key = m.key.decode() if m.key else ""
+        inst = evolve(self.instances.get(key), rec)
+        if inst is not None and inst.purged:
+            self.instances.pop(key, None)
+        elif inst is not None:
+            self.instances[key] = inst
+
+    async def call(self, code: VersionView | None, method: str, args: dict[str, Any]) -> Any:
+        uid = binding_target(code, args)
+        assert code is not None
+        try:
+            return await self._call(uid, code, method, args)
+        except Problem as problem:
+            raise HostError(problem.code, problem.detail) from None
+
+    async def _call(self, uid: str, code: VersionView, method: str, args: dict[str, Any]) -> Any:
+        if method == "workflow.create":
+            create = create_command(uid, args)
+            await self._decided(create, code)
+            return {"id": create.instance_id}
+        iid = str(args.get("id"))
+        if method in ("workflow.get", "workflow.status"):
+            await self._ready()
+            inst = self.instances.get(instance_key(uid, iid))
+            if inst is None:
+                raise Problem("unknown_instance", f"no instance {iid}")  # WF-20
+            return {"id": iid} if method == "workflow.get" else status_of(inst)
+        if method == "workflow.sendEvent":
+            return await self._decided(event_command(uid, args), code)
+        if method == "workflow.terminate":
+            return {"status": (await self._decided(c.TerminateInstance(uid, iid), code))["status"]}
+        raise Problem("invalid_request", f"unknown binding method {method}")
+
+    async def _ready(self) -> None:
+        try:
+            await asyncio.wait_for(self.ready.wait(), self.settings.decision_timeout)
+        except TimeoutError:
+            raise Problem("backend_unavailable", "the workflow backend is not reachable") from None
+
+    async def _decided(self, cmd: c.WorkflowCommand, code: VersionView) -> Any:
+        """Append the command, then wait for its decision (the gateway's request-reply, over the log)."""
+        await self._ready()
+        assert self.producer is not None
+        command_id = ids.new_ulid()
+        fut: asyncio.Future[r.CommandDecided] = asyncio.get_running_loop().create_future()
+        self.waiting[command_id] = fut
+        rec = c.submitted(
+            cmd, command_id=command_id, space=code.space, principal=f"worker:{code.uid}", now=int(time.time() * 1000)
+        )
+        topic, key = self.settings.topic("workflow.commands"), c.key_of(cmd)
+        try:
+            async with asyncio.timeout(self.settings.decision_timeout):
+                await (await kafka.send(self.producer, topic, key, rec, self.settings.partitions))
+                decided = await fut
+        except (TimeoutError, Exception) as exc:
+            raise Problem("backend_unavailable", f"no decision in time: {exc!r}") from None
+        finally:
+            self.waiting.pop(command_id, None)
+        if not decided.accepted:
+            raise Problem.from_json(json.loads(decided.problem or "{}"))
+        return json.loads(decided.result) if decided.result else None

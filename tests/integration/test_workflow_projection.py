@@ -1,0 +1,120 @@
+"""The workflow read models on a real PostgreSQL: instances, history rows, counts per status,
+purges (WF-9, WF-13, WF-21, WF-47; host-api.md section 5)."""
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from sumi.core import records as r
+from sumi_projections import drop, migrate, workflow
+
+pytestmark = pytest.mark.integration
+
+W = "res_wf"
+T0 = 1_700_000_000_000
+
+
+@pytest.fixture
+async def cur(database_url: str) -> AsyncIterator[psycopg.AsyncCursor[Any]]:
+    schema = "wp" + uuid.uuid4().hex[:8]
+    migrate(database_url, schema)
+    try:
+        async with await psycopg.AsyncConnection.connect(
+            database_url, autocommit=True, options=f"-c search_path={schema}"
+        ) as conn:
+            async with conn.cursor() as c:
+                yield c
+    finally:
+        drop(database_url, schema)
+
+
+def created(iid: str, at: int = T0, wf: str = W) -> r.InstanceCreated:
+    return r.InstanceCreated(wf, iid, "demo", at, json.dumps({"n": 1}), "alice")
+
+
+def status(iid: str, value: str, at: int, **kw: Any) -> r.InstanceStatusChanged:
+    return r.InstanceStatusChanged(W, iid, value, at, **kw)
+
+
+def step(iid: str, at: int) -> r.StepAttemptCommitted:
+    return r.StepAttemptCommitted(W, iid, "load", "do", 1, True, True, at, result='{"rows":3}', ownerToken="tok")
+
+
+async def rows(cur: psycopg.AsyncCursor[Any], sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    await cur.execute(sql, params)  # type: ignore[arg-type]
+    return await cur.fetchall()
+
+
+async def counts(cur: psycopg.AsyncCursor[Any], wf: str = W) -> dict[str, int]:
+    found = await rows(cur, "SELECT status, n FROM workflow_counts WHERE workflow_uid = %s", wf)
+    return {s: n for s, n in found}
+
+
+async def test_instance_history_and_counts(cur: psycopg.AsyncCursor[Any]) -> None:  # WF-9, WF-21
+    log = [
+        created("a"),
+        created("b"),
+        status("a", "running", T0 + 1),
+        step("a", T0 + 2),
+        status("a", "complete", T0 + 3, output='{"rows":3}'),
+        status("b", "running", T0 + 4),
+        status("b", "errored", T0 + 5, errorReason="run_threw", errorMessage="boom"),
+    ]
+    await workflow.apply_many(cur, [(rec, 0, i) for i, rec in enumerate(log)])
+    assert await counts(cur) == {"complete": 1, "errored": 1}
+    inst = await rows(
+        cur,
+        "SELECT instance_id, status, output, error_reason, error_message, history_seq FROM workflow_instances "
+        "ORDER BY instance_id",
+    )
+    assert inst == [("a", "complete", {"rows": 3}, None, None, 4), ("b", "errored", None, "run_threw", "boom", 3)]
+    history = await rows(cur, "SELECT seq, type, data FROM workflow_history WHERE instance_id = 'a' ORDER BY seq")
+    assert [h[:2] for h in history] == [
+        (1, "InstanceCreated"),
+        (2, "InstanceStatusChanged"),
+        (3, "StepAttemptCommitted"),
+        (4, "InstanceStatusChanged"),
+    ]
+    assert history[0][2] == {"params": {"n": 1}, "principal": "alice"}
+    assert history[2][2] == {
+        "name": "load",
+        "kind": "do",
+        "attempt": 1,
+        "ok": True,
+        "final": True,
+        "result": {"rows": 3},
+    }  # documents as JSON, no owner token
+
+
+async def test_each_record_applies_at_most_once(cur: psycopg.AsyncCursor[Any]) -> None:
+    log = [(created("a"), 0, 10), (step("a", T0 + 1), 0, 11), (status("a", "running", T0 + 2), 0, 12)]
+    await workflow.apply_many(cur, log)
+    await workflow.apply_many(cur, log)  # a second delivery of the same offsets changes nothing
+    for rec, p, o in log:
+        await workflow.apply(cur, rec, p, o)
+    assert await rows(cur, "SELECT count(*) FROM workflow_history") == [(3,)]
+    assert await counts(cur) == {"running": 1}
+
+
+async def test_purges(cur: psycopg.AsyncCursor[Any]) -> None:  # WF-13, WF-47
+    await workflow.apply_many(cur, [(created("a"), 0, 0), (created("b"), 0, 1), (created("c", wf="res_other"), 0, 2)])
+    await workflow.apply(cur, r.InstancePurged(W, "a", T0 + 9), 0, 3)  # retention: one instance
+    assert await rows(cur, "SELECT instance_id FROM workflow_instances ORDER BY 1") == [("b",), ("c",)]
+    assert await counts(cur) == {"queued": 1}
+    await workflow.apply(cur, r.InstancesPurged(W, T0 + 10, "op_1"), 1, 0)  # the Workflow's delete
+    # A record of another partition applied after the purge brings nothing back (UIDs are never reused).
+    await workflow.apply(cur, created("late"), 2, 0)
+    assert await rows(cur, "SELECT workflow_uid, instance_id FROM workflow_instances") == [("res_other", "c")]
+    assert await rows(cur, "SELECT count(*) FROM workflow_history WHERE workflow_uid = %s", W) == [(0,)]
+    assert await counts(cur) == {}
+    assert await counts(cur, "res_other") == {"queued": 1}
+
+
+async def test_decisions_reach_the_shared_table(cur: psycopg.AsyncCursor[Any]) -> None:
+    decided = r.CommandDecided("wfc_x", "demo", "alice", "instance.create", True, 201, T0, result='{"id":"a"}')
+    await workflow.apply(cur, decided, 0, 0)
+    assert await rows(cur, "SELECT command_id, status, result FROM decisions") == [("wfc_x", 201, {"id": "a"})]
