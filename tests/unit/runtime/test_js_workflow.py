@@ -134,3 +134,37 @@ async def test_patched_intrinsics_do_not_fool_the_document_size_check(wf: Workfl
         "",
     )
     assert (run.outcome.kind, run.outcome.reason) == ("errored", "run_threw"), run.outcome
+
+
+async def test_patched_prototypes_do_not_change_what_is_committed_or_returned(wf: Workflows) -> None:  # DOC-4, WF-36
+    # Setters, getters and toJSON on the shared prototypes, and a broken array iterator: the runtime
+    # builds its objects as literals, reads own data properties and serialises without toJSON.
+    host = StepHost(steps={"w": {"action": "resolve", "payload": {"by": "ann"}}})
+    run = await wf.run(
+        js_run(
+            """
+          Object.defineProperty(Object.prototype, 'result', { set(v) { hits.push('set result'); }, configurable: true });
+          Object.defineProperty(Object.prototype, 'payload', { get() { hits.push('get payload'); return { forged: 1 }; }, configurable: true });
+          Object.prototype.toJSON = function () { hits.push('toJSON'); return 'forged'; };
+          Array.prototype[Symbol.iterator] = function () { throw new Error('iterator'); };
+          const a = await step.do('a', () => ({ n: 1 }), { maxAttempts: 2 });
+          const w = await step.waitForEvent('w', { type: 't', timeoutSeconds: 5 });
+          const r = await step.do('r', () => ({ n: 2 }));
+          return { a: a.n, w: w.by, r: r.n, hits: hits.length };""",
+            prelude="const hits = [];",
+        ),
+        "",
+        invocation(completed=(done("r", result={"n": 3}),)),
+        host=host,
+    )
+    assert run.outcome.kind == "complete", run.outcome
+    assert run.outcome.output == {"a": 1, "w": "ann", "r": 3, "hits": 0}
+    assert host.calls[0] == (
+        "step.do",
+        {
+            "name": "a",
+            "config": {"maxAttempts": 2, "initialDelaySeconds": 0, "backoff": "constant", "maxDelaySeconds": 43200},
+            "ok": True,
+            "result": {"n": 1},
+        },
+    )
