@@ -110,6 +110,32 @@ async def test_patched_intrinsics_do_not_change_provenance(wf: Workflows) -> Non
     assert (run.outcome.kind, run.outcome.reason) == ("errored", "run_threw"), run.outcome
 
 
+@pytest.mark.parametrize(
+    "output",
+    [
+        # a Proxy root: 1 key when counted, 5,000 when serialised (issue 10)
+        "new Proxy({}, { ownKeys() { n++; return n === 1 ? ['a']"
+        " : Array.from({length: 5000}, (_, i) => 'k' + i); },"
+        " getOwnPropertyDescriptor() { return { value: 1, enumerable: true, configurable: true }; } })",
+        "({ a: new Proxy({}, {}) })",
+    ],
+)
+async def test_proxies_are_not_documents_in_the_sandbox(wf: Workflows, output: str) -> None:  # DOC-1, DOC-4
+    run = await wf.run(js_run(f"let n = 0; return {output};"), "")
+    assert (run.outcome.kind, run.outcome.reason) == ("errored", "run_threw"), run.outcome
+
+
+async def test_patched_intrinsics_do_not_fool_the_document_size_check(wf: Workflows) -> None:  # DOC-1, DOC-6
+    run = await wf.run(
+        js_run("""
+          const big = 'é'.repeat(600000);  // 1.2 MB in UTF-8: over the 1 MiB limit
+          String.prototype.charCodeAt = () => 65; JSON.stringify = () => '{}';
+          return { big };"""),
+        "",
+    )
+    assert (run.outcome.kind, run.outcome.reason) == ("errored", "run_threw"), run.outcome
+
+
 async def test_patched_prototypes_do_not_change_what_is_committed_or_returned(wf: Workflows) -> None:  # DOC-4, WF-36
     # Setters, getters and toJSON on the shared prototypes, and a broken array iterator: the runtime
     # builds its objects as literals, reads own data properties and serialises without toJSON.
