@@ -243,6 +243,6 @@ def workflows(state: ControlState, space: str | None = None) -> list[WorkflowVie
     ]
 
 
-def _str_or_none(spec: Mapping[str, Any], key: str) -> str | None:
+def _str_or_none(spec: Mapping[str, object], key: str) -> str | None:
     value = spec.get(key)
     return value if isinstance(value, str) else None

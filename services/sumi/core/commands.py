@@ -149,7 +149,7 @@ def decode(kind: str, payload: str) -> Command:
         raise Problem("invalid_request", f"unknown command kind {kind!r}")
     try:
         command: Command = decoder.decode(payload)
-    except msgspec.DecodeError as exc:  # ValidationError included: shape and types
+    except (msgspec.DecodeError, UnicodeError) as exc:  # ValidationError included: shape and types
         raise Problem("invalid_request", f"the {kind} payload does not decode: {exc}") from None
     return command
 

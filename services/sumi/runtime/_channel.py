@@ -256,6 +256,9 @@ class Channel:
         except Exception as e:  # an unexpected Host failure is a transient one to the worker
             self._log.exception("host call %s failed", call.method)
             reply.update(ok=False, error={"name": "backend_unavailable", "message": str(e)})
+        # No longer in flight once the reply is on its way: the runtime counts a call until its
+        # reply arrives, so by this count we never see more calls in flight than it allows.
+        ctx.host_tasks.discard(asyncio.current_task())
         if ctx.id in self.contexts:
             await self.send(reply)
 

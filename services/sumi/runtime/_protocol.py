@@ -134,7 +134,7 @@ def _batch_call(required: set[str], optional: set[str]) -> Callable[[str, Any, I
             _str(args["messageId"], f"{method}: messageId", 1024, ctx)
         if "delaySeconds" in args:
             _int(args["delaySeconds"], f"{method}: delaySeconds", 0, MAX_DELAY_SECONDS, ctx)
-        if args["batchId"] != inv.batch_id:
+        if args["batchId"] != inv.batch_id:  # also in a workflow run, which handles no batch
             raise Refused("unknown_batch", f"{method}: not the batch being handled")
         return dict(args)
 

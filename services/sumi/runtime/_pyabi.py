@@ -156,6 +156,14 @@ class Ctx:
     waitUntil = wait_until  # noqa: N815
 
 
+def _end_tasks_since(before: set[asyncio.Task[Any]]) -> None:
+    """What an invocation started and left running ends with it, before its result leaves:
+    nothing of it may run on, or call the Host, while the context is pooled (WF-46)."""
+    for task in asyncio.all_tasks() - before:
+        if task is not asyncio.current_task():
+            task.cancel()
+
+
 class Abi:
     def __init__(self, child: _Sender) -> None:
         self._child = child
@@ -248,11 +256,7 @@ class Abi:
         for outcome in await asyncio.gather(*ctx.pending, return_exceptions=True):
             if isinstance(outcome, BaseException):
                 self._child.log("error", truncate(f"wait_until rejected: {outcome!r}", MAX_LOG_TEXT))
-        # What the handler started and left running ends with it, before the result leaves:
-        # nothing of this invocation may run on, or call the Host, while the context is pooled.
-        for task in asyncio.all_tasks() - before:
-            if task is not asyncio.current_task():
-                task.cancel()
+        _end_tasks_since(before)
         return result
 
     async def invoke_workflow(
@@ -260,7 +264,10 @@ class Abi:
     ) -> dict[str, Any]:
         if load_error is not None:
             return {"kind": "errored", "reason": "run_threw", "message": load_error}
+        before = asyncio.all_tasks()
         try:
             return await run_workflow(self, main, invocation, Env(self, env))
         except MemoryError:
             os._exit(EXIT_HEAP_LIMIT)
+        finally:
+            _end_tasks_since(before)

@@ -88,6 +88,8 @@ def test_payloads_that_are_not_json_are_rejected_invalid_request(kind: str, payl
         ("resource.create", '{"name": "q", "form": "f", "spec": []}', "$.spec"),
         ("operation.report", '{"operationId": "op", "outcome": "maybe"}', "$.outcome"),
         ("no.such.kind", "{}", "unknown command kind"),
+        ("space.create", '{"name": "\ud800"}', "surrogate"),  # a lone surrogate, as a JSON escape
+        pytest.param("space.create", '{"name": "' + chr(0xD800) + '"}', "surrogates", id="raw-lone-surrogate"),
     ],
 )
 def test_a_wrong_payload_is_invalid_request_naming_what_is_wrong(kind: str, payload: str, says: str) -> None:

@@ -108,3 +108,63 @@ async def test_patched_intrinsics_do_not_change_provenance(wf: Workflows) -> Non
         "",
     )
     assert (run.outcome.kind, run.outcome.reason) == ("errored", "run_threw"), run.outcome
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        # a Proxy root: 1 key when counted, 5,000 when serialised (issue 10)
+        "new Proxy({}, { ownKeys() { n++; return n === 1 ? ['a']"
+        " : Array.from({length: 5000}, (_, i) => 'k' + i); },"
+        " getOwnPropertyDescriptor() { return { value: 1, enumerable: true, configurable: true }; } })",
+        "({ a: new Proxy({}, {}) })",
+    ],
+)
+async def test_proxies_are_not_documents_in_the_sandbox(wf: Workflows, output: str) -> None:  # DOC-1, DOC-4
+    run = await wf.run(js_run(f"let n = 0; return {output};"), "")
+    assert (run.outcome.kind, run.outcome.reason) == ("errored", "run_threw"), run.outcome
+
+
+async def test_patched_intrinsics_do_not_fool_the_document_size_check(wf: Workflows) -> None:  # DOC-1, DOC-6
+    run = await wf.run(
+        js_run("""
+          const big = 'é'.repeat(600000);  // 1.2 MB in UTF-8: over the 1 MiB limit
+          String.prototype.charCodeAt = () => 65; JSON.stringify = () => '{}';
+          return { big };"""),
+        "",
+    )
+    assert (run.outcome.kind, run.outcome.reason) == ("errored", "run_threw"), run.outcome
+
+
+async def test_patched_prototypes_do_not_change_what_is_committed_or_returned(wf: Workflows) -> None:  # DOC-4, WF-36
+    # Setters, getters and toJSON on the shared prototypes, and a broken array iterator: the runtime
+    # builds its objects as literals, reads own data properties and serialises without toJSON.
+    host = StepHost(steps={"w": {"action": "resolve", "payload": {"by": "ann"}}})
+    run = await wf.run(
+        js_run(
+            """
+          Object.defineProperty(Object.prototype, 'result', { set(v) { hits.push('set result'); }, configurable: true });
+          Object.defineProperty(Object.prototype, 'payload', { get() { hits.push('get payload'); return { forged: 1 }; }, configurable: true });
+          Object.prototype.toJSON = function () { hits.push('toJSON'); return 'forged'; };
+          Array.prototype[Symbol.iterator] = function () { throw new Error('iterator'); };
+          const a = await step.do('a', () => ({ n: 1 }), { maxAttempts: 2 });
+          const w = await step.waitForEvent('w', { type: 't', timeoutSeconds: 5 });
+          const r = await step.do('r', () => ({ n: 2 }));
+          return { a: a.n, w: w.by, r: r.n, hits: hits.length };""",
+            prelude="const hits = [];",
+        ),
+        "",
+        invocation(completed=(done("r", result={"n": 3}),)),
+        host=host,
+    )
+    assert run.outcome.kind == "complete", run.outcome
+    assert run.outcome.output == {"a": 1, "w": "ann", "r": 3, "hits": 0}
+    assert host.calls[0] == (
+        "step.do",
+        {
+            "name": "a",
+            "config": {"maxAttempts": 2, "initialDelaySeconds": 0, "backoff": "constant", "maxDelaySeconds": 43200},
+            "ok": True,
+            "result": {"n": 1},
+        },
+    )

@@ -61,9 +61,12 @@ def test_bad_create_is_a_problem(payload: dict[str, object], code: str) -> None:
 
 
 def test_bad_event_type_and_unknown_kind() -> None:  # WF-23
-    with pytest.raises(Problem):
+    with pytest.raises(Problem, match=r"type must be 1\.\.256 Unicode scalar values") as info:
         c.decode("instance.event", json.dumps({"workflowUid": "wf", "id": "a", "type": ""}))
-    with pytest.raises(Problem):
+    assert info.value.code == "invalid_request"
+    with pytest.raises(Problem, match="unknown workflow command kind 'instance.pause'") as info:
         c.decode("instance.pause", "{}")
-    with pytest.raises(Problem):
+    assert info.value.code == "invalid_request"
+    with pytest.raises(Problem, match="not JSON") as info:
         c.decode("instance.create", "not json")
+    assert info.value.code == "invalid_request"

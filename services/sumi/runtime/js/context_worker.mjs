@@ -196,31 +196,29 @@ async function dynamicImport(specifier, referrer) {
   throw control.makeTypeError(`import of "${typeof specifier === 'string' ? specifier : '?'}" failed: ${control.describe(failure)}`);
 }
 
-// A runtime script evaluated inside the context's realm, before any worker code.
+// A runtime file evaluated inside the context's realm, before any worker code.
 const runtimeScript = (file) => new vm.Script(readFileSync(new URL(file, import.meta.url), 'utf8'), {
   filename: `sumi:${file.slice(2)}`,
 }).runInContext(context);
 
-// DOC-1..6 inside the sandbox realm ("plain object" means that realm's
-// Object.prototype), evaluated before any worker code so that it captures the
-// realm's intrinsics unpatched. Proxies are told apart by node's own check,
-// which stays in the checker's closure, out of worker code's reach.
-async function documentChecker() {
-  const m = new vm.SourceTextModule(readFileSync(new URL('./document.mjs', import.meta.url), 'utf8'), {
-    context,
-    identifier: 'sumi:document.mjs',
+async function runtimeModule(file) {
+  const m = new vm.SourceTextModule(readFileSync(new URL(file, import.meta.url), 'utf8'), {
+    context, identifier: `sumi:${file.slice(2)}`,
   });
-  await m.link(() => { throw new Error('document.mjs imports nothing'); });
+  await m.link(() => { throw new Error(`${file} may not import`); });
   await m.evaluate();
-  return m.namespace.makeDocumentChecker({ isProxy: types.isProxy });
+  return m.namespace;
 }
 
 async function load() {
-  // One checker for the queue ABI's documents and the workflow step API's alike.
-  const checkDocument = await documentChecker();
+  // DOC-1..6 in the sandbox realm, loaded before worker code so that it
+  // captures the realm's intrinsics unpatched. Proxies are told apart by
+  // node's own check, which stays in the checker's closure, out of worker
+  // code's reach.
+  const { makeDocumentChecker } = await runtimeModule('./document.mjs');
+  const checkDocument = makeDocumentChecker({ isProxy: types.isProxy });
   const installWorkflow = runtimeScript('./workflow.js');
   control = runtimeScript('./sandbox.js')(bridge, { installWorkflow, checkDocument });
-  control.setDocumentChecker(checkDocument);
   const mainName = workerData.mainModule.replace(/^\.\//, '');
   if (!sources.has(mainName)) throw new Error(`main module "${mainName}" is not among the modules`);
   const main = moduleFor(mainName);

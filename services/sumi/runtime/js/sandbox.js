@@ -606,13 +606,8 @@
 
     let mainNs = null;
     let running = 0;
-    // checkDocument(value) -> {ok, canonical, size} | {ok: false, code, message}
-    // (document.mjs, loaded into this realm first): what the ABI uses to judge
-    // and snapshot every document a worker hands the Host (DOC-1..6).
-    let checkDocument = null;
     return freeze({
       setMain(ns) { mainNs = ns; },
-      setDocumentChecker(check) { if (checkDocument === null) checkDocument = check; },
       loadInfo() {
         const info = { handlers: [], workflowClasses: [] };
         const def = mainNs.default;

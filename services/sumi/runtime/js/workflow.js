@@ -86,7 +86,7 @@
   function scalarName(value) {
     if (typeof value !== 'string') return false;
     let n = 0;
-    for (let i = 0; i < value.length; i++) {
+    for (let i = 0; i < value.length; i++, n++) {
       const c = apply(charCodeAt, value, [i]);
       if (c >= 0xd800 && c <= 0xdbff) {
         const d = i + 1 < value.length ? apply(charCodeAt, value, [i + 1]) : 0;
@@ -95,7 +95,6 @@
       } else if (c >= 0xdc00 && c <= 0xdfff) {
         return false;
       }
-      n++;
     }
     return n >= 1 && n <= MAX_NAME;
   }
@@ -104,7 +103,7 @@
 
   return function installWorkflow(deps) {
     // deps: { hostCall(method, args) -> Promise, makeHostError(name, message), checkDocument(value),
-    //         describe(error) -> {name, message} }
+    //         describe(error) -> {name, message} } (document.mjs, sandbox.js)
     const { hostCall, makeHostError, checkDocument, describe } = deps;
     const typeError = (message) => new _TypeError(message);
     // The canonical JSON of a document from a Host reply or the history; undefined for none (DOC-5).
@@ -230,6 +229,13 @@
         return never();
       }
       const suspend = () => { finish({ kind: 'suspended' }); };
+      // The runtime's own work failed in this realm: only patched intrinsics (e.g. a throwing array
+      // iterator under the document checker) do that. The run cannot go on truthfully; it threw.
+      function broken(e) {
+        finish({ kind: 'errored', reason: 'run_threw', message: `the runtime could not check a document in this context: ${describe(e).message}` });
+        return never();
+      }
+      const guarded = (fn) => (v) => { try { fn(v); } catch (e) { broken(e); } };
 
       // Record a settled live step so a later call of the same name replays it in this context too.
       function settle(step, record, settleFn, value) {
@@ -242,7 +248,11 @@
       function replay(record) {
         if (own(record, 'ok') === true) {
           const canonical = own(record, 'canonical');
-          return promiseResolve(typeof canonical === 'string' ? jsonParse(canonical) : fresh(own(record, 'result')));
+          try {
+            return promiseResolve(typeof canonical === 'string' ? jsonParse(canonical) : fresh(own(record, 'result')));
+          } catch (e) {
+            return broken(e);
+          }
         }
         const error = own(record, 'error');
         return promiseReject(stepError(String(own(error, 'name') || 'step_failed'), String(own(error, 'message') || '')));
@@ -290,7 +300,7 @@
             }
           };
           // A Host rejection (limits, a fenced owner, backend down) leaves the step pending (contract).
-          apply(PromiseThen, call(method, args), [onReply, suspend]);
+          apply(PromiseThen, call(method, args), [guarded(onReply), suspend]);
         });
       }
 
@@ -334,7 +344,7 @@
           }
           active = { name, kind: 'do' }; // unsettled from here: a step started inside the effect overlaps
           return new _Promise((resolve, reject) => {
-            apply(PromiseThen, attempt(effect), [(outcome) => {
+            apply(PromiseThen, attempt(effect), [guarded((outcome) => {
               if (finished) return;
               const { canonical } = outcome;
               const args = {
@@ -343,7 +353,7 @@
               };
               const failure = outcome.ok ? '' : outcome.error.message;
               apply(PromiseThen, live('do', name, 'step.do', args, failure, canonical), [resolve, reject]);
-            }]);
+            })]);
           });
         },
         sleep(name, seconds) {
