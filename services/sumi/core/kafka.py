@@ -25,6 +25,7 @@ reads and writes its topics through this module; none of them calls aiokafka's p
 """
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -156,6 +157,14 @@ def new_producer(settings: Settings, transactional_id: str | None = None, **opti
         "max_request_size": QUARANTINE_RECORD_BYTES,
     }
     return AIOKafkaProducer(**{**defaults, **options})
+
+
+async def started(stack: contextlib.AsyncExitStack, client: Any) -> Any:
+    """Start an aiokafka client and have `stack` stop it however the processor ends: a stop
+    signal may come while it is still starting, and an unstopped client logs errors at exit."""
+    stack.push_async_callback(client.stop)
+    await client.start()
+    return client
 
 
 def send(producer: AIOKafkaProducer, topic: str, key: str, record: Any, partitions: int) -> Awaitable[Any]:

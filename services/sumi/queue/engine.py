@@ -23,6 +23,7 @@ consumer group and give each its own transactional ID; not done yet.
 """
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -270,12 +271,12 @@ class Engine:
 
     # ---- reading the logs --------------------------------------------------------------------
 
-    async def _reader(self, topic: str) -> tuple[AIOKafkaConsumer, list[Any]]:
+    async def _reader(self, stack: contextlib.AsyncExitStack, topic: str) -> tuple[AIOKafkaConsumer, list[Any]]:
         # A fetch is a long poll: the broker answers as soon as committed data is there, so
         # its wait only bounds idle polling. A short one costs the engine and the broker a
         # fetch round every few ms for nothing (a third of the engine's CPU under load).
         consumer = kafka.new_consumer(self.settings, fetch_max_wait_ms=500, max_partition_fetch_bytes=4 << 20)
-        await consumer.start()
+        await kafka.started(stack, consumer)
         return consumer, await kafka.partitions(consumer, topic)
 
     def _fold_queue(self, m: Any, rebuilding: bool = False) -> None:
@@ -293,9 +294,21 @@ class Engine:
     async def run(self) -> None:
         kafka.shorten_txn_retry()
         producer = kafka.new_producer(self.settings, f"{self.settings.topic_prefix}-queue-engine", linger_ms=0)
-        await producer.start()  # fences and aborts whatever an earlier engine left open
-        queue_reader, queue_tps = await self._reader(self.settings.topic("queue"))
-        control_reader, control_tps = await self._reader(self.settings.topic("control"))
+        # The clients stop however the engine ends, a stop signal while it starts included.
+        async with contextlib.AsyncExitStack() as stack:
+            await kafka.started(stack, producer)  # fences and aborts whatever an earlier engine left open
+            queue_reader, queue_tps = await self._reader(stack, self.settings.topic("queue"))
+            control_reader, control_tps = await self._reader(stack, self.settings.topic("control"))
+            await self._serve(producer, queue_reader, queue_tps, control_reader, control_tps)
+
+    async def _serve(
+        self,
+        producer: Any,
+        queue_reader: AIOKafkaConsumer,
+        queue_tps: list[Any],
+        control_reader: AIOKafkaConsumer,
+        control_tps: list[Any],
+    ) -> None:
         try:
             await kafka.read_to_end(control_reader, control_tps, self._fold_control)
             await kafka.read_to_end(queue_reader, queue_tps, self._fold_queue)
@@ -318,9 +331,6 @@ class Engine:
                 run.stop()
             for rt in self._runtimes.values():
                 await rt.close()
-            await queue_reader.stop()
-            await control_reader.stop()
-            await producer.stop()
 
     def _recover(self) -> None:
         """Every batch still open in the log was abandoned by an earlier engine."""

@@ -26,6 +26,7 @@ predecessor), as the queue engine does; scale-out would split partitions by a gr
 """
 
 import asyncio
+import contextlib
 import heapq
 import logging
 import os
@@ -389,12 +390,14 @@ class Engine:
 
     # ---- reading the logs ------------------------------------------------------------------
 
-    async def _reader(self, topic: str, group: str | None = None) -> tuple[AIOKafkaConsumer, list[TopicPartition]]:
+    async def _reader(
+        self, stack: contextlib.AsyncExitStack, topic: str, group: str | None = None
+    ) -> tuple[AIOKafkaConsumer, list[TopicPartition]]:
         # Commands are read with a short long-poll (they wait for an answer); the logs with a long one.
         consumer = kafka.new_consumer(
             self.settings, group, fetch_max_wait_ms=100 if group else 500, max_partition_fetch_bytes=4 << 20
         )
-        await consumer.start()
+        await kafka.started(stack, consumer)
         return consumer, await kafka.partitions(consumer, topic)
 
     def _fold_log(self, m: Any, before_end: bool = True) -> None:
@@ -427,12 +430,26 @@ class Engine:
         kafka.shorten_txn_retry()
         prefix = self.settings.topic_prefix
         producer = kafka.new_producer(self.settings, f"{prefix}-workflow-engine", linger_ms=0)
-        await producer.start()  # fences and aborts whatever an earlier engine left open
-        log_reader, log_tps = await self._reader(self.settings.topic("workflow"))
-        control_reader, control_tps = await self._reader(self.settings.topic("control"))
-        commands, command_tps = await self._reader(
-            self.settings.topic("workflow.commands"), f"{prefix}-workflow-engine"
-        )
+        # The clients stop however the engine ends, a stop signal while it starts included.
+        async with contextlib.AsyncExitStack() as stack:
+            await kafka.started(stack, producer)  # fences and aborts whatever an earlier engine left open
+            log_reader, log_tps = await self._reader(stack, self.settings.topic("workflow"))
+            control_reader, control_tps = await self._reader(stack, self.settings.topic("control"))
+            commands, command_tps = await self._reader(
+                stack, self.settings.topic("workflow.commands"), f"{prefix}-workflow-engine"
+            )
+            await self._serve(producer, log_reader, log_tps, control_reader, control_tps, commands, command_tps)
+
+    async def _serve(
+        self,
+        producer: Any,
+        log_reader: AIOKafkaConsumer,
+        log_tps: list[TopicPartition],
+        control_reader: AIOKafkaConsumer,
+        control_tps: list[TopicPartition],
+        commands: AIOKafkaConsumer,
+        command_tps: list[TopicPartition],
+    ) -> None:
         try:
             await kafka.read_to_end(control_reader, control_tps, self._fold_control)
             await kafka.read_to_end(log_reader, log_tps, self._fold_log)
@@ -463,9 +480,6 @@ class Engine:
                     task.cancel()  # e.g. one still starting its runtime process
                 await asyncio.gather(*pending, return_exceptions=True)
             await _close_runtimes(list(self._runtimes.values()))
-            await commands.stop()
-            await control_reader.stop()
-            await producer.stop()
 
 
 STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
