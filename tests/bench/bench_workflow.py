@@ -5,7 +5,7 @@ measured in one run on the same broker and PostgreSQL:
 (a) sumi: the workflow engine as its own process (`sumi serve workflow`) running a JS
     workflow class; instances created through the engine's command topic (what the
     gateway does) and followed on the instance log;
-(b) DBOS Transact (`dbos`, extra `bench`) with the same workflow in Python, its system
+(b) DBOS Transact (`dbos`, the `bench` extra: pip install -e ".[bench]") with the same workflow in Python, its system
     database on the same PostgreSQL;
 each at concurrency 1 and 100 (that many instances in flight): instances/s started,
 committed steps/s, and p50/p99 of one `step.do` (from the call to its committed

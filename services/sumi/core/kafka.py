@@ -83,6 +83,24 @@ def quarantined(processor: str, message: Any, why: Rejected, now: int) -> r.Reco
     )
 
 
+def fold_or_skip(processor: str, message: Any, fold: Callable[[r.Record], None]) -> None:
+    """Fold one changelog record at a rebuild; skip (and log) one that does not decode or whose
+    fold raises. It is not quarantined here, once per restart: the projection of its topic,
+    which reads every partition of it, quarantined it when it met it."""
+    record = decode(message.value)
+    if isinstance(record, Rejected):
+        log.warning(
+            "%s skips %s[%d]@%d: %s", processor, message.topic, message.partition, message.offset, record.detail
+        )
+        return
+    try:
+        fold(record)
+    except Exception:  # one record a fold cannot take must not stop the processor for good
+        log.exception(
+            "%s skips %s[%d]@%d: folding it failed", processor, message.topic, message.partition, message.offset
+        )
+
+
 # ---- writing ---------------------------------------------------------------------------------
 
 

@@ -109,23 +109,7 @@ class TransactionalRunner:
         await kafka.commit(producer, outs, self.settings.partitions, offsets, self.group)
 
     def fold(self, message: Any, before_end: bool = True) -> None:
-        record = kafka.decode(message.value)
-        if isinstance(record, kafka.Rejected):
-            log.warning(
-                "%s skips %s[%d]@%d in its changelog: %s",
-                self.name,
-                message.topic,
-                message.partition,
-                message.offset,
-                record.detail,
-            )
-            return
-        try:
-            self.logic.fold(record)
-        except Exception:
-            log.exception(
-                "%s skips %s[%d]@%d: folding it failed", self.name, message.topic, message.partition, message.offset
-            )
+        kafka.fold_or_skip(self.name, message, self.logic.fold)
 
     async def rebuild(self, partitions: Iterable[int]) -> None:
         """Fold the changelog partitions to their ends before deciding anything new."""

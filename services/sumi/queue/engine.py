@@ -282,21 +282,13 @@ class Engine:
         # Past the rebuild, only appends by others are new; the rest was folded when decided.
         # A record that is no record of ours is skipped (the queue projection quarantines it).
         if rebuilding or (m.value is not None and m.value[2:10] == _ACCEPTED_FP):
-            self._fold(m, evolve, self.state)
+            kafka.fold_or_skip("queue-engine", m, self._evolve)
+
+    def _evolve(self, record: Any) -> None:
+        evolve(self.state, record)
 
     def _fold_control(self, m: Any, rebuilding: bool = False) -> None:
-        self._fold(m, _control_fold, self.control)
-
-    @staticmethod
-    def _fold(m: Any, fold: Any, state: Any) -> None:
-        record = kafka.decode(m.value)
-        if isinstance(record, kafka.Rejected):
-            log.warning("skipping %s[%d]@%d: %s", m.topic, m.partition, m.offset, record.detail)
-            return
-        try:
-            fold(state, record)
-        except Exception:  # one record the fold cannot take must not stop every queue
-            log.exception("skipping %s[%d]@%d: folding it failed", m.topic, m.partition, m.offset)
+        kafka.fold_or_skip("queue-engine", m, self.control.fold)
 
     async def run(self) -> None:
         kafka.shorten_txn_retry()
@@ -336,10 +328,6 @@ class Engine:
         for b in list(self.state.batches.values()):
             c = self.consumer(b.consumer_uid) or _gone(b.consumer_uid, b.queue_uid)
             self.emit(d.end_batch(self.state, c, b.id, "abandoned", now, new_id))
-
-
-def _control_fold(table: ControlTable, record: Any) -> None:
-    table.fold(record)
 
 
 def _gone(uid: str, queue: str) -> Consumer:

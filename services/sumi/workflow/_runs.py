@@ -98,7 +98,13 @@ class ContextRun:
         return result
 
     async def _start_ctx(self, code: VersionView, committed: "asyncio.Future[None]") -> None:
-        """A fresh context (never pooled: WF-32), started while the context start commits."""
+        """A fresh context (never reused: WF-32): a spare started ahead, or one started while
+        the context start commits."""
+        spare = self.engine.spares.take(code)
+        if spare is not None:
+            self.ctx = spare
+            await committed
+            return
         rt = await self.engine.runtime(code.runtime)
         starting = asyncio.ensure_future(
             rt.start_context([Module(n, c) for n, c in code.modules], code.main_module, host_call=self.call)

@@ -48,6 +48,7 @@ from sumi.workflow import commands as c
 from sumi.workflow._bindings import Bindings
 from sumi.workflow._control import WorkflowControl
 from sumi.workflow._runs import LIMIT_STOPS, ContextRun
+from sumi.workflow._spares import Spares
 from sumi.workflow._state import Instance, evolve
 
 log = logging.getLogger("sumi.workflow")
@@ -76,12 +77,16 @@ class Engine:
         self.instances: dict[str, Instance] = {}
         self.runs: dict[str, ContextRun] = {}
         self.control = WorkflowControl()
+        self.quarantine = kafka.Quarantine(settings, "workflow-engine")
         self.bindings = Bindings(self)
+        self.spares = Spares(self)
         self.due: list[tuple[int, str]] = []
         self.armed: dict[str, int] = {}  # the due time each instance has in `due`
         self.runnable: set[str] = set()
         self.blocked: set[str] = set()  # runnable, but no usable Version right now
         self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance]]] = {}
+        self.deferred: dict[str, list[tuple[d.Caller, c.WorkflowCommand]]] = {}
+        self.wake_recheck = asyncio.Event()
         self.decided: OrderedDict[str, None] = OrderedDict()
         self.held: dict[str, tuple[TopicPartition, int]] = {}  # undecided command id -> its offset
         self.read: dict[TopicPartition, int] = {}  # next offset per commands partition
@@ -90,7 +95,7 @@ class Engine:
         self.wake = asyncio.Event()
         self.outbox: Outbox | None = None
         self.last_put: asyncio.Future[None] | None = None
-        self._runtimes: dict[str, Any] = {}
+        self._runtimes: dict[str, asyncio.Future[Any]] = {}  # kind -> its (starting) runtime
         self._last_observe = 0
         self.closing = False
 
@@ -151,7 +156,23 @@ class Engine:
     def command(self, message: Any) -> None:
         tp = TopicPartition(message.topic, message.partition)
         self.read[tp] = message.offset + 1
-        rec = self._decoded(message)
+        rec = kafka.decode(message.value)
+        if isinstance(rec, kafka.Rejected):
+            self._quarantine(message, rec)
+            return
+        try:
+            self._command(message, tp, rec)
+        except Exception as exc:  # a command this engine cannot handle must not stop every workflow
+            log.exception("workflow engine could not handle %s[%d]@%d", tp.topic, tp.partition, message.offset)
+            self._quarantine(message, kafka.failed(exc))
+
+    def _quarantine(self, message: Any, why: kafka.Rejected) -> None:
+        """Set a command aside; the group's offset moves past it only once this has committed."""
+        out = self.quarantine.out(message, why)
+        assert self.outbox is not None
+        self.last_put = self.outbox.put([(out.topic, out.key, out.record)])
+
+    def _command(self, message: Any, tp: TopicPartition, rec: r.Record) -> None:
         if not isinstance(rec, r.CommandSubmitted) or rec.commandId in self.decided:
             return
         caller = d.Caller(rec.commandId, rec.space, rec.principal, rec.kind)
@@ -162,12 +183,40 @@ class Engine:
             self.emit(message.key.decode() if message.key else rec.space, [d.rejected(caller, now, problem)])
             return
         key = c.key_of(cmd)
-        if isinstance(cmd, c.TerminateInstance) and key in self.runs and self.instances[key].owner is not None:
+        inst = self.instances.get(key)
+        view = self.control.view(cmd.workflow_uid)
+        if key in self.deferred or (isinstance(cmd, c.CreateInstance) and not (view.exists and view.ready)):
+            # Before a create is refused for a Workflow this engine does not know (yet), the control
+            # log is read to its current end: the Workflow may have been created a moment ago. Later
+            # commands of the same instance wait behind it, so their order stays the log's.
+            self.held[rec.commandId] = (tp, message.offset)
+            self.deferred.setdefault(key, []).append((caller, cmd))
+            self.wake_recheck.set()
+            return
+        if isinstance(cmd, c.TerminateInstance) and key in self.runs and inst is not None and inst.owner is not None:
             self.held[rec.commandId] = (tp, message.offset)
             self.terminates.setdefault(key, []).append((caller, cmd))
             self.runs[key].stop()  # WF-26: decided once the context has physically stopped
             return
         self.apply(key, self.decide(key, cmd, caller, now))
+
+    async def _recheck(self, reader: AIOKafkaConsumer, tps: list[TopicPartition]) -> None:
+        """Decide deferred commands once the control log has been folded up to its end as of now."""
+        while True:
+            await self.wake_recheck.wait()
+            self.wake_recheck.clear()
+            if not self.deferred:
+                continue
+            ends = await reader.end_offsets(tps)
+            for _ in range(500):  # at most ~5 s behind; then decide on what is known
+                if not await kafka.behind(reader, ends):
+                    break
+                await asyncio.sleep(0.01)
+            deferred, self.deferred = self.deferred, {}
+            for key, entries in deferred.items():
+                for caller, cmd in entries:
+                    self.held.pop(caller.command_id, None)
+                    self.apply(key, self.decide(key, cmd, caller, self.now()))
 
     def decide(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller, now: int) -> d.Decision:
         inst = self.instances.get(key)
@@ -246,19 +295,27 @@ class Engine:
             run.start()
 
     async def runtime(self, kind: str) -> Any:
-        if kind not in self._runtimes:
-            from sumi.runtime import JsRuntime, PyRuntime
+        """The one runtime process of a kind, started once however many runs ask at the same time."""
+        if self.closing:
+            raise RuntimeError("the workflow engine is stopping")
+        starting = self._runtimes.get(kind)
+        if starting is None:
+            starting = self._runtimes[kind] = asyncio.ensure_future(self._start_runtime(kind))
+        return await asyncio.shield(starting)
 
-            rt = JsRuntime() if kind == "javascript" else PyRuntime()
-            await rt.start()
-            self._runtimes[kind] = rt
-        return self._runtimes[kind]
+    @staticmethod
+    async def _start_runtime(kind: str) -> Any:
+        from sumi.runtime import JsRuntime, PyRuntime
+
+        rt = JsRuntime() if kind == "javascript" else PyRuntime()
+        await rt.start()
+        return rt
 
     async def restart_runtimes(self) -> None:
         """A stop the runtime did not confirm is proven the only certain way: its process exits."""
-        runtimes, self._runtimes = list(self._runtimes.values()), {}
-        for rt in runtimes:
-            await rt.close()
+        starting, self._runtimes = list(self._runtimes.values()), {}
+        self.spares.forget()
+        await _close_runtimes(starting)
 
     # ---- the scheduler ---------------------------------------------------------------------
 
@@ -281,6 +338,7 @@ class Engine:
         if now - self._last_observe >= OBSERVE_MS:
             self._last_observe = now
             self._observe()
+            self.spares.retire({v for wf in self.control.workflows() for v, _ in self.control.allocation(wf)})
         self._start_runs(now)
         return self.due[0][0] if self.due else None
 
@@ -340,31 +398,16 @@ class Engine:
         return consumer, await kafka.partitions(consumer, topic)
 
     def _fold_log(self, m: Any, before_end: bool = True) -> None:
-        record = self._decoded(m)
-        if record is not None:
-            self.fold(m.key.decode() if m.key else "", record)
+        key = m.key.decode() if m.key else ""
+        kafka.fold_or_skip("workflow-engine", m, lambda record: self.fold(key, record))
 
     def _fold_control(self, m: Any, before_end: bool = True) -> None:
-        record = self._decoded(m)
-        if record is None:
-            return
-        try:
-            self.control.fold(record)
-        except Exception:  # one record the fold cannot take must not stop every workflow
-            log.exception("skipping %s[%d]@%d: folding it failed", m.topic, m.partition, m.offset)
+        kafka.fold_or_skip("workflow-engine", m, self.control.fold)
 
     def _control_changed(self) -> None:
         self.runnable |= self.blocked  # a Version may have become usable
         self.blocked.clear()
         self.wake.set()
-
-    @staticmethod
-    def _decoded(m: Any) -> Any:
-        record = kafka.decode(m.value)
-        if isinstance(record, kafka.Rejected):  # not ours: the projections quarantine and count it
-            log.warning("skipping %s[%d]@%d: %s", m.topic, m.partition, m.offset, record.detail)
-            return None
-        return record
 
     async def _commit_offsets(self, consumer: AIOKafkaConsumer) -> None:
         """The group's offsets, committed after the decisions they cover (in order, so the last
@@ -406,18 +449,36 @@ class Engine:
                 tasks.create_task(kafka.follow(commands, self.command, self.wake.set, max_records=1000))
                 tasks.create_task(self._commit_offsets(commands))
                 tasks.create_task(kafka.follow(control_reader, self._fold_control, self._control_changed))
+                tasks.create_task(self._recheck(control_reader, control_tps))
         finally:
             self.closing = True
-            for run in list(self.runs.values()):
+            await self.spares.close()
+            runs = list(self.runs.values())
+            for run in runs:
                 run.stop()
-            for rt in self._runtimes.values():
-                await rt.close()
+            pending = [run.task for run in runs if run.task is not None]
+            if pending:  # each stops its context physically; bounded, the runtimes' exit proves the rest
+                await asyncio.wait(pending, timeout=5)
+                for task in pending:
+                    task.cancel()  # e.g. one still starting its runtime process
+                await asyncio.gather(*pending, return_exceptions=True)
+            await _close_runtimes(list(self._runtimes.values()))
             await commands.stop()
             await control_reader.stop()
             await producer.stop()
 
 
 STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
+
+
+async def _close_runtimes(starting: list["asyncio.Future[Any]"]) -> None:
+    """Close every runtime (each returns once its process has exited); one still starting is awaited first."""
+    for fut in starting:
+        try:
+            rt = await fut
+        except BaseException:  # never started: nothing runs
+            continue
+        await rt.close()
 
 
 async def serve(settings: Settings) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from sumi._lifeline import ENV as LIFELINE
 from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, QUEUE, WORKER_DEPLOYMENT, WORKER_VERSION
 from sumi.core import codec
 from sumi.core import records as r
@@ -184,9 +185,12 @@ async def until(probe: Any, timeout: float = 30) -> Any:
 
 
 def engine_process(settings: Settings) -> "subprocess.Popen[bytes]":
-    """`sumi serve workflow` as its own process, as the supervisor starts it."""
-    env = {**os.environ, **settings.to_env()}
-    return subprocess.Popen([sys.executable, "-m", "sumi.cli", "serve", "workflow"], env=env, start_new_session=True)
+    """`sumi serve workflow` as its own process, as the supervisor starts it: with a lifeline on
+    stdin, so it (and its runtime processes) die with the test run, however that ends."""
+    env = {**os.environ, **settings.to_env(), LIFELINE: "stdin"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "sumi.cli", "serve", "workflow"], env=env, stdin=subprocess.PIPE, start_new_session=True
+    )
 
 
 def reader(settings: Settings, topic: str) -> AIOKafkaConsumer:
