@@ -13,7 +13,6 @@ import asyncio
 import logging
 import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -167,9 +166,7 @@ class JsRuntime:
 
     def _argv(self) -> tuple[list[str], Path]:
         if self._staged is None:
-            base = Path(tempfile.mkdtemp(prefix="sumi-js-"))
-            base.chmod(0o755)
-            self._staged = _walls.stage(sorted(JS_DIR.glob("*.*js")), base / "js")
+            self._staged = _walls.stage_once("sumi-js-", {"js": sorted(JS_DIR.glob("*.*js"))}) / "js"
         js_dir = self._staged
         ro = [str(js_dir)] + ([] if self._node.startswith("/usr/") else [str(Path(self._node).parent.parent)])
         inner = node_argv(self._node, js_dir)
@@ -234,8 +231,6 @@ class JsRuntime:
         self._closed = True
         if self._channel is not None:
             await self._channel.close()
-        if self._staged is not None:
-            shutil.rmtree(self._staged.parent, ignore_errors=True)
 
     @property
     def pid(self) -> int | None:

@@ -167,13 +167,14 @@ class PyRuntime:
     def _code(self) -> Path:
         """The runtime's own modules, staged once, as the namespace package ``sumi.runtime``."""
         if self._staged is None:
-            base = Path(tempfile.mkdtemp(prefix="sumi-pyrt-"))
-            base.chmod(0o755)
-            (base / "sumi").mkdir(mode=0o755)
-            _walls.stage(sorted(RUNTIME_DIR.glob("*.py")), base / "sumi" / "runtime")
             # The one library the child imports: documents.py's RFC 8785 canonical JSON (pure Python).
-            _walls.stage(sorted(Path(rfc8785.__file__).parent.glob("*.py")), base / "rfc8785")
-            self._staged = base
+            self._staged = _walls.stage_once(
+                "sumi-pyrt-",
+                {
+                    "sumi/runtime": sorted(RUNTIME_DIR.glob("*.py")),
+                    "rfc8785": sorted(Path(rfc8785.__file__).parent.glob("*.py")),
+                },
+            )
         return self._staged
 
     def _channel(self, context_id: str, root: Path, limits: Limits) -> tuple[Channel, str]:
@@ -245,6 +246,3 @@ class PyRuntime:
     async def close(self) -> None:
         contexts, self._contexts = self._contexts, set()
         await asyncio.gather(*(ctx.stop() for ctx in contexts))
-        if self._staged is not None:
-            shutil.rmtree(self._staged, ignore_errors=True)
-            self._staged = None

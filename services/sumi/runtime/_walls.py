@@ -22,11 +22,14 @@ once (:func:`available`); the setting ``runtime_walls`` may name a weaker one.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import resource
 import shutil
+import stat as statmod
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,6 +178,47 @@ def stage(files: Sequence[Path], dest: Path) -> Path:
         (dest / f.name).chmod(0o444)
     dest.chmod(0o755)
     return dest
+
+
+def stage_once(prefix: str, layout: Mapping[str, Sequence[Path]]) -> Path:
+    """Stage a runtime's code (sub-path -> files) once per content, shared and left in place.
+
+    The directory is named by the files' hash, so every runtime of this user
+    on this version reuses it, and a Host killed by SIGKILL leaves no copy per
+    run behind. It is used only if it is ours and writable by nobody else (the
+    temporary directory is shared); otherwise a private copy is used.
+    """
+    digest = hashlib.sha256()
+    for sub, files in sorted(layout.items()):
+        for f in files:
+            digest.update(f"{sub}/{f.name}\0".encode())
+            digest.update(f.read_bytes())
+    base = Path(tempfile.gettempdir()) / f"{prefix}{os.geteuid()}-{digest.hexdigest()[:16]}"
+    if _ours(base):
+        return base
+    fresh = Path(tempfile.mkdtemp(prefix=f"{prefix}tmp-"))
+    fresh.chmod(0o755)
+    for sub, files in layout.items():
+        stage(files, fresh / sub)
+    for d in fresh.rglob("*"):
+        if d.is_dir():
+            d.chmod(0o755)  # every level readable by the sandbox's user, whatever the umask
+    try:
+        fresh.rename(base)
+    except OSError:
+        pass  # another runtime staged it first, or a stranger's directory is in the way
+    if _ours(base):
+        shutil.rmtree(fresh, ignore_errors=True)
+        return base
+    return fresh
+
+
+def _ours(path: Path) -> bool:
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return statmod.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
 def give_to_sandbox(root: Path) -> None:
