@@ -24,6 +24,7 @@ import httpx
 import psutil
 import pytest
 
+from sumi._lifeline import die_with_parent
 from sumi.infra import free_port
 from sumi.infra._ports import port_taken
 from sumi.supervisor import available_services
@@ -45,6 +46,7 @@ class Up:
         self.out = workdir / f"up-{len(list(workdir.glob('up-*.out')))}.out"
         with open(self.out, "wb") as out:
             # Its own session: the signals of this test reach `sumi up` only, as the brief's table says.
+            # A test run that is itself killed takes its Hosts along (the death signal), never orphans.
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "sumi.cli", "up"],
                 env=env,
@@ -52,6 +54,7 @@ class Up:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=die_with_parent,
             )
 
     @property
@@ -312,7 +315,11 @@ def test_sumi_serve_stopped_by_a_container_platform_exits_cleanly(
     for name in available_services():
         with open(workdir / f"{name}.out", "wb") as out:
             services[name] = subprocess.Popen(
-                [sys.executable, "-m", "sumi.cli", "serve", name], env=env, stdout=out, stderr=subprocess.STDOUT
+                [sys.executable, "-m", "sumi.cli", "serve", name],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,  # no lifeline here (a platform runs it), but never an orphan
             )
     try:
         asyncio.run(issue_admin_token(settings, "sumi_test_serve", timeout=60))  # control and projections work

@@ -292,6 +292,28 @@ async def test_suspend_leaves_the_step_pending_and_the_context_stoppable(
     assert len(host.calls) == 1
 
 
+async def test_replay_reruns_the_code_outside_steps_and_only_that(wf: Workflows) -> None:  # WF-31, WF-36
+    # The Host replays by running module evaluation, the constructor and run() again from the
+    # top in a fresh context, feeding completed steps their recorded results: code outside steps
+    # sees the same history every time (so deterministic code computes the same), effects do not rerun.
+    inv = invocation(completed=(done("a", result={"x": 20}),))
+    js = js_run(
+        """
+          const a = await step.do('a', () => { ran.effect++; return { x: 0 }; });
+          return { doubled: a.x * 2, module: ran.module, effect: ran.effect };""",
+        prelude="const ran = { module: 1, effect: 0 };",
+    )
+    py = py_run(
+        """
+a = await step.do("a", lambda: RAN.append("effect") or {"x": 0})
+return {"doubled": a["x"] * 2, "module": RAN.count("module"), "effect": RAN.count("effect")}""",
+        prelude='RAN = ["module"]\n',
+    )
+    runs = [await wf.run(js, py, inv) for _ in range(3)]
+    assert [run.outcome.output for run in runs] == [{"doubled": 40, "module": 1, "effect": 0}] * 3
+    assert all(run.host.calls == [] for run in runs)
+
+
 async def test_module_state_is_fresh_in_every_context(wf: Workflows) -> None:  # WF-32
     js = js_run("counter.n++; return { n: counter.n };", prelude="const counter = { n: 0 };")
     py = py_run('COUNTER.append(1)\nreturn {"n": len(COUNTER)}', prelude="COUNTER = []\n")
