@@ -226,7 +226,7 @@ def sent(control: Any, code: Code, args: dict[str, Any], now: int, new_id: Any) 
 
 
 def _now() -> int:
-    from sumi.queue.engine import now_ms
+    from sumi.core.clock import now_ms
 
     return now_ms()
 

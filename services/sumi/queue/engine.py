@@ -25,14 +25,14 @@ consumer group and give each its own transactional ID; not done yet.
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
 from sumi.control.state import OperationView
-from sumi.core import codec, ids, kafka
+from sumi.core import clock, codec, ids, kafka
 from sumi.core import records as r
+from sumi.core.clock import now_ms
 from sumi.core.commands import Command, OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
@@ -47,10 +47,6 @@ from sumi.workflow.client import WorkflowClient
 
 log = logging.getLogger("sumi.queue")
 SWEEP_MS = 1000
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def new_id(prefix: str) -> str:
@@ -260,14 +256,7 @@ class Engine:
                 self.emit(d.expire(self.state, uid, int(queue.spec["retentionSeconds"]), now))
 
     async def schedule(self) -> None:
-        while True:
-            wake_at = self.step()
-            timeout = 0.5 if wake_at is None else min(0.5, max(0.001, (wake_at - now_ms()) / 1000))
-            try:
-                await asyncio.wait_for(self.wake.wait(), timeout)
-            except TimeoutError:
-                pass
-            self.wake.clear()
+        await clock.drive(self.step, self.wake)
 
     # ---- reading the logs --------------------------------------------------------------------
 

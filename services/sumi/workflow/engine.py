@@ -30,14 +30,14 @@ import contextlib
 import heapq
 import logging
 import os
-import time
 from collections import OrderedDict
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from sumi.core import ids, kafka
+from sumi.core import clock, ids, kafka
 from sumi.core import records as r
+from sumi.core.clock import now_ms
 from sumi.core.commands import Command as ControlCommand
 from sumi.core.commands import OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
@@ -56,10 +56,6 @@ log = logging.getLogger("sumi.workflow")
 MAX_RUNS = 128  # live contexts at once; more runnable instances wait their turn
 OBSERVE_MS = 1000
 REMEMBERED_COMMANDS = 200_000
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def limits_from_env() -> d.Limits:
@@ -379,14 +375,7 @@ class Engine:
                 self.emit(wf.uid, [self.control_command(wf.space, observe)])
 
     async def schedule(self) -> None:
-        while True:
-            wake_at = self.step()
-            timeout = 0.5 if wake_at is None else min(0.5, max(0.001, (wake_at - now_ms()) / 1000))
-            try:
-                await asyncio.wait_for(self.wake.wait(), timeout)
-            except TimeoutError:
-                pass
-            self.wake.clear()
+        await clock.drive(self.step, self.wake)
 
     # ---- reading the logs ------------------------------------------------------------------
 
