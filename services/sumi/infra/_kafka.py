@@ -14,9 +14,10 @@ import uuid
 from pathlib import Path
 from xml.etree import ElementTree
 
-from sumi._lifeline import STOP_GRACE, stop_watched, watchdog_argv
+from sumi._lifeline import STOP_GRACE, watchdog_argv
 from sumi.infra._cache import cache_dir
 from sumi.infra._ports import free_port, wait_for_port
+from sumi.infra._watched import Watched
 
 HERE = Path(__file__).parent / "kafka"
 
@@ -55,12 +56,12 @@ def ensure_jars() -> Path:
     return libs
 
 
-class KafkaBroker:
+class KafkaBroker(Watched):
     """Start with `start()`, stop with `stop()`; `bootstrap` is host:port."""
 
     def __init__(self, data_dir: Path | None = None, port: int | None = None) -> None:
-        self._own_dir = data_dir is None
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="sumi-kafka-"))
+        self._scratch = None if data_dir is not None else self.data_dir
         self.port = port or free_port()
         self.controller_port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
@@ -140,23 +141,6 @@ class KafkaBroker:
     def wait_started(self, timeout: float = 90.0) -> "KafkaBroker":
         wait_for_port(self.port, timeout, alive=lambda: self._proc is not None and self._proc.poll() is None)
         return self
-
-    def terminate(self) -> None:
-        """Ask it to stop without waiting (`stop` waits): the broker and the database stop side by side."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-
-    def stop(self) -> None:
-        stop_watched(self._proc)
-        self._proc = None
-        if self._own_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> "KafkaBroker":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 if __name__ == "__main__":  # fetch the jars only: `python -m sumi.infra._kafka`

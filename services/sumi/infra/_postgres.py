@@ -16,8 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from sumi._lifeline import STOP_GRACE, stop_watched, watchdog_argv
+from sumi._lifeline import STOP_GRACE, watchdog_argv
 from sumi.infra._ports import free_port, wait_for_port
+from sumi.infra._watched import Watched
 
 PG_USER = "embedded_postgres"
 
@@ -53,12 +54,12 @@ def _open_path_to(path: Path) -> None:
         parent.chmod(parent.stat().st_mode | stat.S_IXOTH | stat.S_IXGRP)
 
 
-class PostgresServer:
+class PostgresServer(Watched):
     """`url` is a libpq URL for the `postgres` database of a trust-auth server."""
 
     def __init__(self, data_dir: Path | None = None, port: int | None = None) -> None:
-        self._own_dir = data_dir is None
         self.base_dir = data_dir or Path(tempfile.mkdtemp(prefix="sumi-pg-"))
+        self._scratch = None if data_dir is not None else self.base_dir
         self.pgdata = self.base_dir / "pgdata"
         self.port = port or free_port()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
@@ -137,20 +138,3 @@ class PostgresServer:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-
-    def terminate(self) -> None:
-        """Ask it to stop without waiting (`stop` waits): the broker and the database stop side by side."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-
-    def stop(self) -> None:
-        stop_watched(self._proc)
-        self._proc = None
-        if self._own_dir:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def __enter__(self) -> "PostgresServer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -1,0 +1,36 @@
+"""The stop half both launchers share: a server started under its lifeline watchdog."""
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Self
+
+from sumi._lifeline import stop_watched
+
+
+class Watched:
+    """Subclasses set `_proc` when they launch, and `_scratch` to a folder of their own making
+    (removed on stop) or None when the caller named the data folder (kept)."""
+
+    _proc: "subprocess.Popen[bytes] | None" = None
+    _scratch: Path | None = None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def terminate(self) -> None:
+        """Ask it to stop without waiting (`stop` waits): the broker and the database stop side by side."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+
+    def stop(self) -> None:
+        stop_watched(self._proc)
+        self._proc = None
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
