@@ -37,12 +37,13 @@ class Host:
     supervisor: Supervisor
 
 
-def start_host(settings: Settings) -> Host:
+def start_host(settings: Settings, env: dict[str, str] | None = None) -> Host:
+    """A Host up to ready; `env` adds variables its services read beyond Settings (e.g. engine modes)."""
     from sumi._bootstrap import issue_admin_token, prepare
 
     token = "sumi_test_" + uuid.uuid4().hex
     asyncio.run(prepare(settings))
-    sup = Supervisor(settings).start()
+    sup = Supervisor(settings, env=env).start()
     try:
         asyncio.run(issue_admin_token(settings, token))
         sup.wait_ready()
@@ -53,9 +54,9 @@ def start_host(settings: Settings) -> Host:
 
 
 @contextmanager
-def running_host(settings: Settings) -> Iterator[Host]:
+def running_host(settings: Settings, env: dict[str, str] | None = None) -> Iterator[Host]:
     """A started Host, stopped again however the block ends."""
-    host = start_host(settings)
+    host = start_host(settings, env)
     try:
         yield host
     finally:

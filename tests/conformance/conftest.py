@@ -1,13 +1,23 @@
-"""Fixtures of the QueueConsumer conformance suite."""
+"""Fixtures of the conformance suite."""
+
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.conformance.kit import Api
-from tests.hostkit import SpaceFixture
+from tests.conformance.modes import ALWAYS_REPLAY
+from tests.hostkit import Host, SpaceFixture, new_settings, running_host
 
 
 @pytest.fixture
 async def api(client: httpx.AsyncClient, space: SpaceFixture) -> Api:
     """The public HTTP API of a fresh Space, as its editor."""
     return Api(client, space)
+
+
+@pytest.fixture(scope="package")
+def always_replay_host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
+    """A second Host whose workflow engine runs in always-replay mode (see modes.py)."""
+    with running_host(new_settings(kafka_bootstrap, database_url), env=ALWAYS_REPLAY) as h:
+        yield h

@@ -12,6 +12,7 @@ import pytest
 
 from sumi.audit import replay_and_compare
 from tests.conformance.kit import Api
+from tests.conformance.modes import engine_mode_host  # noqa: F401 (every test in both engine modes)
 from tests.httpkit import WORKFLOW, assert_problem, auth
 
 pytestmark = pytest.mark.integration
@@ -29,6 +30,11 @@ export class Flow {
       return { approved: got ?? null };
     }
     if (p.mode === "sleep") { await step.sleep("nap", 3600); return {}; }
+    if (p.mode === "steps") {
+      let n = 0;
+      for (const name of ["a", "b", "c"]) n = (await step.do(name, async () => ({ n: n + 1 }))).n;
+      return { n };
+    }
     const r = await step.do("double", async () => ({ n: (p.n ?? 1) * 2 }));
     return { n: r.n, id: event.instanceId };
   }
@@ -108,6 +114,22 @@ async def test_create_get_list_history(flows: Flows) -> None:  # WF-18, WF-19, W
     assert step["data"]["name"] == "double" and step["data"]["result"] == {"n": 42} and step["data"]["ok"] is True
     assert history[-1]["type"] == "InstanceStatusChanged" and history[-1]["data"]["status"] == "complete"
     assert all(h["at"].endswith("Z") for h in history) and "ownerToken" not in str(history)
+
+
+async def test_the_engine_mode_is_really_on(flows: Flows, request: pytest.FixtureRequest) -> None:  # WF-32, WF-36
+    # Always-replay ends the context after every committed step: a fresh context (one
+    # InstanceContextStarted each) reaches each later step, and the return, by replay.
+    iid = await flows.started(params={"mode": "steps"})
+    done = await flows.until(iid, *TERMINAL)
+    assert done.get("output") == {"n": 3}, done
+    history = (await flows.history(iid)).json()["items"]
+    kinds = [h["type"] for h in history if h["type"] in ("InstanceContextStarted", "StepAttemptCommitted")]
+    ctx, step = "InstanceContextStarted", "StepAttemptCommitted"
+    if request.node.callspec.params["host"] == "always-replay":
+        assert kinds == [ctx, step, ctx, step, ctx, step, ctx], history
+    else:
+        assert kinds == [ctx, step, step, step], history
+    assert [h["data"]["name"] for h in history if h["type"] == step] == ["a", "b", "c"]
 
 
 async def test_instance_ids(flows: Flows) -> None:  # WF-19
