@@ -7,7 +7,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
+from aiokafka import AIOKafkaConsumer
 
+from sumi.core import codec
 from sumi.core.config import Settings
 from sumi.infra import free_port
 from sumi.supervisor import Supervisor
@@ -93,3 +95,21 @@ async def new_space(host: Host) -> SpaceFixture:
             assert r.status_code == 201, r.text
             tokens.append(r.json()["token"])
     return SpaceFixture(name, tokens[0], tokens[1])
+
+
+async def control_log(host: Host) -> list[object]:
+    """Every committed record of the Host's control log so far, decoded, in log order per partition."""
+    consumer = AIOKafkaConsumer(
+        host.settings.topic("control"),
+        auto_offset_reset="earliest",
+        bootstrap_servers=host.settings.kafka_bootstrap,
+        isolation_level="read_committed",
+    )
+    await consumer.start()
+    out: list[object] = []
+    try:
+        while batch := await consumer.getmany(timeout_ms=1500):
+            out += [codec.decode(m.value) for ms in batch.values() for m in ms]
+    finally:
+        await consumer.stop()
+    return out

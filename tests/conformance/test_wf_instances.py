@@ -5,13 +5,11 @@ import asyncio
 import time
 import uuid
 from typing import Any
-from urllib.parse import quote
 
-import httpx
 import pytest
 
 from sumi.audit import replay_and_compare
-from tests.conformance.kit import Api
+from tests.conformance.kit import Api, Flows
 from tests.conformance.modes import engine_mode_host  # noqa: F401 (every test in both engine modes)
 from tests.httpkit import WORKFLOW, assert_problem, auth
 
@@ -42,49 +40,6 @@ export class Flow {
 """
 TERMINAL = ("complete", "errored", "terminated")
 STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
-
-
-class Flows:
-    """One Ready DurableWorkflow and its instance paths."""
-
-    def __init__(self, api: Api, uid: str) -> None:
-        self.api, self.uid = api, uid
-        self.base = f"/v2/spaces/{api.space}/workflows/{uid}/instances"
-
-    def path(self, iid: str, tail: str = "") -> str:
-        return f"{self.base}/{quote(iid, safe='')}{tail}"
-
-    async def create(self, body: Any = None, key: str | None = None, **kw: Any) -> httpx.Response:
-        headers = {**self.api.h, **({"Idempotency-Key": key} if key else {})}
-        return await self.api.c.post(self.base, headers=headers, json={} if body is None else body, **kw)
-
-    async def started(self, **body: Any) -> str:
-        r = await self.create(body)
-        assert r.status_code == 201, r.text
-        return r.json()["id"]  # type: ignore[no-any-return]
-
-    async def get(self, iid: str) -> httpx.Response:
-        return await self.api.c.get(self.path(iid), headers=self.api.h)
-
-    async def event(self, iid: str, body: Any, key: str | None = None) -> httpx.Response:
-        headers = {**self.api.h, **({"Idempotency-Key": key} if key else {})}
-        return await self.api.c.post(self.path(iid, "/events"), headers=headers, json=body)
-
-    async def terminate(self, iid: str) -> httpx.Response:
-        return await self.api.c.post(self.path(iid, "/terminate"), headers=self.api.h)
-
-    async def history(self, iid: str) -> httpx.Response:
-        return await self.api.c.get(self.path(iid, "/history"), headers=self.api.h)
-
-    async def until(self, iid: str, *statuses: str, timeout: float = 60) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            r = await self.get(iid)
-            assert r.status_code == 200, r.text
-            if r.json()["status"] in statuses:
-                return r.json()  # type: ignore[no-any-return]
-            assert time.monotonic() < deadline, r.json()
-            await asyncio.sleep(0.1)
 
 
 @pytest.fixture

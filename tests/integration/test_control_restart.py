@@ -7,11 +7,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from aiokafka import AIOKafkaConsumer
 
-from sumi.core import codec
 from sumi.core import records as r
-from tests.hostkit import Host, new_settings, running_host
+from tests.hostkit import Host, control_log, new_settings, running_host
 
 QUEUE = "https://edge.forms.takoform.com/forms/AtLeastOnceQueue/0.2.0/"
 
@@ -29,23 +27,6 @@ async def _create(client: httpx.AsyncClient, space: str, name: str, key: str) ->
         headers={"Idempotency-Key": key},
         json={"name": name, "form": QUEUE, "spec": {"retentionSeconds": 600}},
     )
-
-
-async def _log(host: Host) -> list[object]:
-    consumer = AIOKafkaConsumer(
-        host.settings.topic("control"),
-        auto_offset_reset="earliest",
-        bootstrap_servers=host.settings.kafka_bootstrap,
-        isolation_level="read_committed",
-    )
-    await consumer.start()
-    out: list[object] = []
-    try:
-        while batch := await consumer.getmany(timeout_ms=1500):
-            out += [codec.decode(m.value) for ms in batch.values() for m in ms]
-    finally:
-        await consumer.stop()
-    return out
 
 
 async def test_sigkill_while_operations_are_in_flight(own_host: Host) -> None:
@@ -84,7 +65,7 @@ async def test_sigkill_while_operations_are_in_flight(own_host: Host) -> None:
         listed = (await client.get(f"/v2/spaces/{space}/resources")).json()["items"]
         assert sorted(item["name"] for item in listed) == sorted(names)
 
-    log = await _log(own_host)
+    log = await control_log(own_host)
     created = Counter(rec.name for rec in log if isinstance(rec, r.ResourceCreated) and rec.space == space)
     assert created == Counter(names)  # exactly one ResourceCreated per name in the log
     started = Counter(rec.resourceUid for rec in log if isinstance(rec, r.OperationStarted) and rec.space == space)

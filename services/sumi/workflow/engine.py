@@ -55,6 +55,9 @@ from sumi.workflow._state import Instance, evolve
 log = logging.getLogger("sumi.workflow")
 MAX_RUNS = 128  # live contexts at once; more runnable instances wait their turn
 OBSERVE_MS = 1000
+# A delete whose contexts have not all confirmed their stop by then takes the stop as unproven
+# (WF-14): it reports the same Operation `reconciling` and proves the stop by the runtimes' exit.
+STOP_PROOF_MS = 5000
 REMEMBERED_COMMANDS = 200_000
 
 
@@ -88,6 +91,9 @@ class Engine:
         self.held: dict[str, tuple[TopicPartition, int]] = {}  # undecided command id -> its offset
         self.read: dict[TopicPartition, int] = {}  # next offset per commands partition
         self.reported: set[str] = set()
+        self.stopping_since: dict[str, int] = {}  # delete Operation -> when it first waited for a stop
+        self.reconciling: set[str] = set()  # delete Operations reported `reconciling`
+        self._restarting: asyncio.Future[None] | None = None
         self.observed: dict[str, dict[str, int]] = {}
         self.wake = asyncio.Event()
         self.outbox: Outbox | None = None
@@ -220,7 +226,9 @@ class Engine:
         if isinstance(cmd, c.CreateInstance):
             return d.create(inst, cmd, self.control.view(cmd.workflow_uid), caller, now)
         if self.control.view(cmd.workflow_uid).closed:
-            inst = None  # a Workflow being deleted takes no events (WF-13)
+            # Intake is closed while the Workflow is deleted (WF-13): every instance path answers
+            # as it will once the delete has succeeded (host-api.md section 5), as a create does.
+            return d.Decision([d.rejected(caller, now, Problem("not_found", "the Workflow is being deleted"))])
         if isinstance(cmd, c.SendEvent):
             return d.event(inst, cmd, caller, now, self.limits, key in self.runs)
         return d.terminate(inst, cmd, caller, now, key in self.runs)
@@ -349,15 +357,31 @@ class Engine:
             live = [k for k in keys if k in self.runs]
             for k in live:
                 self.runs[k].stop()
-            if live:
-                continue  # reported once every context is confirmed stopped
             now = self.now()
+            if live:  # reported once every context is confirmed stopped
+                if now - self.stopping_since.setdefault(op, now) >= STOP_PROOF_MS:
+                    self._reconcile_stop(wf.space, op)
+                continue
             for k in keys:
                 inst = self.instances[k]
                 self.emit(k, [r.InstancePurged(wf.uid, inst.instance_id, now)])
             report = OperationReport(operation_id=op, outcome="succeeded", effect="complete")
             self.emit(wf.uid, [r.InstancesPurged(wf.uid, now, op), self.control_command(wf.space, report)])
             self.reported.add(op)
+            self.stopping_since.pop(op, None)
+
+    def _reconcile_stop(self, space: str, op: str) -> None:
+        """WF-14: a stop the runtime does not confirm (e.g. its process hangs) leaves the delete
+        unproven. The same Operation is reported `reconciling` (once; effect unknown), and the stop
+        is proven the only certain way: the runtime processes exit, taking every context with them
+        (contexts of other instances end as stopped and replay in new ones)."""
+        if op not in self.reconciling:
+            self.reconciling.add(op)
+            problem = Problem("backend_unavailable", "a context's stop was not confirmed; stopping its runtime")
+            report = OperationReport(operation_id=op, outcome="reconciling", effect="unknown", error=problem.to_json())
+            self.emit(space, [self.control_command(space, report)])
+        if self._restarting is None or self._restarting.done():
+            self._restarting = asyncio.ensure_future(self.restart_runtimes())
 
     def _observe(self) -> None:
         """WF-9: instance counts per status, reported to the control plane when they change."""
