@@ -33,6 +33,17 @@ export class Flow {
       for (const name of ["a", "b", "c"]) n = (await step.do(name, async () => ({ n: n + 1 }))).n;
       return { n };
     }
+    if (p.mode === "journey") {  // every kind of step, each later one reached by replay in always-replay
+      const a = await step.do("a", async () => ({ v: 1 }));
+      const b = await step.do("flaky", async () => {
+        if (Date.now() < p.until) throw new Error("not yet");
+        return { v: a.v + 1 };
+      }, { maxAttempts: 30, initialDelaySeconds: 1, backoff: "constant" });
+      await step.sleep("rest", 1);
+      const e = await step.waitForEvent("go", { type: "go", timeoutSeconds: 3600 });
+      const c = await step.do("c", async () => ({ v: b.v + e.k }));
+      return { a: a.v, b: b.v, c: c.v };
+    }
     const r = await step.do("double", async () => ({ n: (p.n ?? 1) * 2 }));
     return { n: r.n, id: event.instanceId };
   }
@@ -85,6 +96,37 @@ async def test_the_engine_mode_is_really_on(flows: Flows, request: pytest.Fixtur
     else:
         assert kinds == [ctx, step, step, step], history
     assert [h["data"]["name"] for h in history if h["type"] == step] == ["a", "b", "c"]
+
+
+async def test_a_journey_through_every_kind_of_step(flows: Flows, request: pytest.FixtureRequest) -> None:
+    # WF-36 (a committed step replays its result, never its effect), WF-40 (retries), WF-42 (sleep),
+    # WF-43 (waitForEvent), in both engine modes
+    until = int(time.time() * 1000) + 3000  # the flaky effect throws until then
+    iid = await flows.started(params={"mode": "journey", "until": until})
+    await flows.until(iid, "waiting", timeout=90)
+    assert (await flows.event(iid, {"type": "go", "payload": {"k": 10}})).status_code == 202
+    done = await flows.until(iid, *TERMINAL, timeout=60)
+    assert done.get("output") == {"a": 1, "b": 2, "c": 12}, done
+    history = (await flows.history(iid)).json()["items"]
+    steps = [h["data"] for h in history if h["type"] == "StepAttemptCommitted"]
+    assert [(s["name"], s["kind"]) for s in steps if s["ok"]] == [
+        ("a", "do"),
+        ("flaky", "do"),
+        ("rest", "sleep"),
+        ("go", "wait"),
+        ("c", "do"),
+    ]  # each step committed once, whatever the contexts replayed
+    flaky = [s for s in steps if s["name"] == "flaky"]
+    assert [s["attempt"] for s in flaky] == list(range(1, len(flaky) + 1)) and len(flaky) >= 2
+    assert [s["ok"] for s in flaky] == [False] * (len(flaky) - 1) + [True]
+    if request.node.callspec.params["host"] == "always-replay":  # no context commits a second step
+        per_context: list[int] = []
+        for h in history:
+            if h["type"] == "InstanceContextStarted":
+                per_context.append(0)
+            elif h["type"] == "StepAttemptCommitted" and h["data"]["kind"] == "do":
+                per_context[-1] += 1
+        assert max(per_context) == 1, history
 
 
 async def test_instance_ids(flows: Flows) -> None:  # WF-19
