@@ -75,7 +75,7 @@ async def test_a_stopped_context_never_reaches_the_host_again(rt: JsRuntime) -> 
 
 async def test_a_stop_while_its_code_runs_ends_the_thread(rt: JsRuntime) -> None:  # WF-46
     key = share()
-    busy = js(js_queue("const end = Date.now() + 5000; while (Date.now() < end) {} await batch.retryAll(1);"))
+    busy = js(js_queue("const end = Date.now() + 10000; while (Date.now() < end) {} await batch.retryAll(1);"))
     a = await rt.start_context(busy, "worker.js", share=key)
     b = await rt.start_context(js(js_queue(FOREVER)), "worker.js", share=key)
     host = Host()
@@ -84,7 +84,7 @@ async def test_a_stop_while_its_code_runs_ends_the_thread(rt: JsRuntime) -> None
     await asyncio.sleep(0.2)
     started = time.perf_counter()
     await a.stop()
-    assert time.perf_counter() - started < 3  # the drop is not confirmed; the thread is ended
+    assert time.perf_counter() - started < 6  # the drop is not confirmed (2 s grace); the thread is ended
     assert (await running).reason == "stopped"
     assert (await asyncio.wait_for(waiting, 5)).reason == "evicted"
     await asyncio.sleep(0.2)

@@ -20,11 +20,11 @@ const DEFAULT_LIMITS = { cpuMs: 30000, heapMb: 128, wallMs: 900000 };
 // retires and its thread ends with its last context, which bounds whatever
 // dropped contexts leave in its heap). An idle cell ends after CELL_IDLE_MS.
 const CELL_CONTEXTS = 32;
-const CELL_PLACEMENTS = 512;
+const CELL_PLACEMENTS = 256;
 const CELL_IDLE_MS = 10000;
 // A drop the cell has not confirmed in this time (the context's code is
 // running, or the cell is stuck) is made certain by ending the thread.
-const DROP_GRACE_MS = 1000;
+const DROP_GRACE_MS = 2000;
 const contexts = new Map();
 const cells = new Set();
 // Log frames are dropped (and counted) while this much output waits for
