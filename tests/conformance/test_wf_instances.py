@@ -306,22 +306,30 @@ async def test_replay_rebuilds_the_workflow_read_models(api: Api, flows: Flows, 
     )
     await gone.until(await gone.started(), "complete")
     await api.done(await api.delete(gone.uid))  # purged rows stay purged in the replay
-    await asyncio.sleep(1.0)  # let the engine's last reports settle
+    # The engine's last reports settle first: an instance-count report landing in the live read
+    # model while the audit compares would read as a difference.
+    await observed_counts(api, flows.uid, complete=2, errored=1)
+    await asyncio.sleep(1.0)
     audit = await replay_and_compare(host.settings)
     assert audit.differences == [] and audit.quarantined == []
+
+
+async def observed_counts(api: Api, uid: str, **counts: int) -> dict[str, Any]:
+    """The Workflow's observed, once its instanceCounts are `counts` (every other status 0)."""
+    want = {**dict.fromkeys(STATUSES, 0), **counts}
+    deadline = time.monotonic() + 30
+    while True:
+        seen: dict[str, Any] = (await api.get(uid)).json()["observed"]
+        if seen["instanceCounts"] == want:
+            return seen
+        assert time.monotonic() < deadline, seen
+        await asyncio.sleep(0.2)
 
 
 async def test_observed_counts_follow_the_instances(api: Api, flows: Flows) -> None:  # WF-9
     await flows.until(await flows.started(params={"n": 1}), "complete")
     await flows.until(await flows.started(params={"mode": "wait"}), "waiting")
-    want = {**dict.fromkeys(STATUSES, 0), "complete": 1, "waiting": 1}
-    deadline = time.monotonic() + 30
-    while True:
-        seen = (await api.get(flows.uid)).json()["observed"]
-        if seen["instanceCounts"] == want:
-            break
-        assert time.monotonic() < deadline, seen
-        await asyncio.sleep(0.2)
+    seen = await observed_counts(api, flows.uid, complete=1, waiting=1)
     assert seen["ready"] is True and seen["observedAt"].endswith("Z")
 
 
