@@ -84,7 +84,8 @@ def create_command(uid: str, args: dict[str, Any]) -> c.CreateInstance:
     """`env.NAME.create({id?, params?})` as a typed command; an omitted ID is issued here (WF-19)."""
     payload = {k: v for k, v in args.items() if k in ("id", "params")}
     checked = c.decode(c.CreateInstance.kind, json.dumps({"workflowUid": uid, "id": "_", **payload}))
-    return c.CreateInstance.new(uid, args.get("id"), checked.params)  # type: ignore[union-attr]
+    assert isinstance(checked, c.CreateInstance)  # the kind decides the type
+    return c.CreateInstance.new(uid, args.get("id"), checked.params)
 
 
 def event_command(uid: str, args: dict[str, Any]) -> c.WorkflowCommand:

@@ -20,7 +20,7 @@ from sumi.core import records as r
 from sumi.core.canonical import canonical
 from sumi.core.problems import Problem
 from sumi.workflow._state import TERMINAL, Instance, Timer
-from sumi.workflow.commands import CreateInstance, SendEvent, TerminateInstance
+from sumi.workflow.commands import UNSET, CreateInstance, SendEvent, TerminateInstance
 
 DAY_MS = 86_400_000
 
@@ -99,7 +99,7 @@ def create(inst: Instance | None, cmd: CreateInstance, wf: WorkflowView, caller:
         return Decision([rejected(caller, now, Problem("workflow_not_ready", "the Workflow cannot accept instances"))])
     if inst is not None and not inst.purged:
         return Decision([rejected(caller, now, Problem("instance_exists", f"instance {cmd.instance_id} exists"))])
-    params = None if cmd.params is None else canonical(cmd.params)
+    params = None if cmd.params is UNSET else canonical(cmd.params)
     created = r.InstanceCreated(cmd.workflow_uid, cmd.instance_id, caller.space, now, params, caller.principal)
     body = {"id": cmd.instance_id, "status": "queued"}
     return Decision([created, decided(caller, now, 201, body)], runnable=True)
@@ -113,9 +113,9 @@ def event(inst: Instance | None, cmd: SendEvent, caller: Caller, now: int, limit
     fired = due(inst, now, limits, alive) if _wait_overdue(inst, now) and not alive else Decision()
     if inst.terminal or any(isinstance(x, r.InstanceStatusChanged) and x.status in TERMINAL for x in fired.records):
         return Decision([*fired.records, rejected(caller, now, Problem("instance_terminal", "the instance ended"))])
-    stored: dict[str, Any] = {"type": cmd.type} if cmd.payload is None else {"type": cmd.type, "payload": cmd.payload}
+    stored: dict[str, Any] = {"type": cmd.type} if cmd.payload is UNSET else {"type": cmd.type, "payload": cmd.payload}
     size = len(canonical(stored).encode("utf-8"))
-    payload = None if cmd.payload is None else canonical(cmd.payload)
+    payload = None if cmd.payload is UNSET else canonical(cmd.payload)
     accepted = r.EventAccepted(inst.workflow_uid, inst.instance_id, inst.next_sequence, cmd.type, size, now, payload)
     answer = decided(caller, now, 202, {"sequence": inst.next_sequence})
     t = inst.timer if not fired.records else None
