@@ -19,7 +19,7 @@ from typing import Any
 from sumi.core import records as r
 from sumi.core.canonical import canonical
 from sumi.core.problems import Problem
-from sumi.workflow._state import TERMINAL, Instance, Timer
+from sumi.workflow._state import TERMINAL, Instance, LogRecord, Step, Timer
 from sumi.workflow.commands import UNSET, CreateInstance, SendEvent, TerminateInstance
 
 DAY_MS = 86_400_000
@@ -35,13 +35,16 @@ class Limits:
     always_replay: bool = False  # end the context after every committed step
 
 
+Records = list[LogRecord]
+
+
 @dataclass
 class Decision:
-    records: list[Any] = field(default_factory=list)
+    records: Records = field(default_factory=list)
     reply: dict[str, Any] | None = None  # to a runtime call
     error: tuple[str, str] | None = None  # a HostError (name, message) to a runtime call instead of a reply
     stop: bool = False  # the engine stops the context before anything in after_stop
-    after_stop: list[Any] = field(default_factory=list)
+    after_stop: Records = field(default_factory=list)
     runnable: bool = False  # the instance needs a (new) context now
 
 
@@ -253,7 +256,7 @@ def _limit(inst: Instance, now: int, limits: Limits) -> Decision | None:
     return Decision(error=(reason or "limit", "a Host limit ended the instance"), stop=True, after_stop=ended)
 
 
-def _replayed(done: Any) -> Decision:
+def _replayed(done: Step) -> Decision:
     # Normally the runtime replays completed names itself from the invocation; a name completed
     # during this context (e.g. a wait woken while it ran) is answered from the fold the same way.
     if done.ok:
@@ -399,13 +402,13 @@ def _step_done(
     return _attempt(inst, name, kind, 1, now, token, ok=ok, final=True, result=result, error=error, sequence=sequence)
 
 
-def _status(inst: Instance, status: str, now: int) -> list[r.InstanceStatusChanged]:
+def _status(inst: Instance, status: str, now: int) -> Records:
     if inst.status == status:
         return []
     return [r.InstanceStatusChanged(inst.workflow_uid, inst.instance_id, status, now)]
 
 
-def _errored(inst: Instance, reason: str, message: str | None, now: int) -> list[Any]:
+def _errored(inst: Instance, reason: str, message: str | None, now: int) -> Records:
     return [r.InstanceStatusChanged(inst.workflow_uid, inst.instance_id, "errored", now, None, reason, message)]
 
 

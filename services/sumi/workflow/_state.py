@@ -12,7 +12,7 @@ drops the unmatched events (WF-25) and starts the retention period (WF-47).
 """
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import assert_never
 
 from sumi.core import records as r
 
@@ -94,7 +94,11 @@ class Instance:
         return next((e for e in self.events if e.type == type_), None)
 
 
-def evolve(inst: Instance | None, rec: Any) -> Instance | None:
+# What the instance log holds: the engine's records and each command's answer.
+LogRecord = r.WorkflowRecord | r.CommandDecided
+
+
+def evolve(inst: Instance | None, rec: LogRecord) -> Instance | None:
     """Fold one instance-log record (in place where an instance exists); None = no instance (unknown or purged)."""
     if isinstance(rec, r.InstanceCreated):
         if inst is not None and not inst.purged:
@@ -102,7 +106,27 @@ def evolve(inst: Instance | None, rec: Any) -> Instance | None:
         return Instance(rec.workflowUid, rec.instanceId, rec.space, rec.params, rec.createdAt)
     if inst is None or inst.purged:
         return inst
-    _APPLY[type(rec)](inst, rec)
+    match rec:
+        case r.InstanceContextStarted():
+            _context_started(inst, rec)
+        case r.StepAttemptCommitted():
+            _step(inst, rec)
+        case r.SleepScheduled():
+            _sleep(inst, rec)
+        case r.WaitScheduled():
+            _wait(inst, rec)
+        case r.RetryScheduled():
+            _retry(inst, rec)
+        case r.EventAccepted():
+            _event(inst, rec)
+        case r.InstanceStatusChanged():
+            _status(inst, rec)
+        case r.InstancePurged() | r.InstancesPurged():
+            inst.purged = True
+        case r.CommandDecided():
+            pass  # an answer: it changes no instance
+        case _:
+            assert_never(rec)
     return inst
 
 
@@ -167,23 +191,3 @@ def _status(inst: Instance, rec: r.InstanceStatusChanged) -> None:
         inst.terminal_at = rec.at
         inst.timer, inst.owner = None, None
         inst.events, inst.events_bytes = [], 0  # WF-25
-
-
-def _purged(inst: Instance, rec: Any) -> None:
-    inst.purged = True
-
-
-_APPLY: dict[type, Any] = {
-    r.InstanceContextStarted: _context_started,
-    r.StepAttemptCommitted: _step,
-    r.SleepScheduled: _sleep,
-    r.WaitScheduled: _wait,
-    r.RetryScheduled: _retry,
-    r.EventAccepted: _event,
-    r.InstanceStatusChanged: _status,
-    r.InstancePurged: _purged,
-    r.InstancesPurged: _purged,
-    r.CommandDecided: lambda inst, rec: None,
-}
-
-INSTANCE_RECORDS = tuple(_APPLY) + (r.InstanceCreated,)

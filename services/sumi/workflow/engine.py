@@ -31,6 +31,7 @@ import heapq
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -101,12 +102,12 @@ class Engine:
 
     # ---- the fold and the outbox ------------------------------------------------------------
 
-    def fold(self, key: str, rec: Any) -> None:
+    def fold(self, key: str, rec: r.Record) -> None:
         if isinstance(rec, r.CommandDecided):
             self._remember(rec.commandId)
             return
-        if isinstance(rec, r.InstancesPurged):
-            return  # the marker after the per-instance purges (WF-13)
+        if isinstance(rec, r.InstancesPurged) or not isinstance(rec, r.WorkflowRecord):
+            return  # the marker after the per-instance purges (WF-13); nothing else is on this log
         inst = evolve(self.instances.get(key), rec)
         if inst is None:
             return
@@ -120,7 +121,7 @@ class Engine:
             self.armed[key] = due
             heapq.heappush(self.due, (due, key))
 
-    def emit(self, key: str, records: list[Any]) -> "asyncio.Future[None]":
+    def emit(self, key: str, records: Sequence[r.Record]) -> "asyncio.Future[None]":
         """Fold now, commit in order; the future resolves once the transaction holding them committed."""
         outs: list[tuple[str, str, Any]] = []
         for rec in records:

@@ -7,7 +7,7 @@ from typing import Any
 
 from sumi.core import records as r
 from sumi.workflow import _decide as d
-from sumi.workflow._state import Instance, evolve
+from sumi.workflow._state import Instance, LogRecord, evolve
 from sumi.workflow.commands import UNSET, CreateInstance, SendEvent, TerminateInstance
 
 T0 = 1_700_000_000_000
@@ -36,7 +36,7 @@ class Sim:
             self.fold(decision.after_stop)
         return decision
 
-    def fold(self, records: list[Any]) -> None:
+    def fold(self, records: list[LogRecord]) -> None:
         for rec in records:
             self.log.append(rec)
             self.inst = evolve(self.inst, rec)
