@@ -42,8 +42,8 @@ from sumi.core.clock import now_ms
 from sumi.core.commands import Command as ControlCommand
 from sumi.core.commands import OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
+from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
-from sumi.queue._outbox import Outbox
 from sumi.runtime.types import WorkflowOutcome
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
