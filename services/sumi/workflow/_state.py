@@ -14,6 +14,7 @@ drops the unmatched events (WF-25) and starts the retention period (WF-47).
 from dataclasses import dataclass, field
 from typing import assert_never
 
+from sumi.control.forms.durable_workflow import STATUSES
 from sumi.core import records as r
 
 TERMINAL = frozenset({"complete", "errored", "terminated"})
@@ -191,3 +192,38 @@ def _status(inst: Instance, rec: r.InstanceStatusChanged) -> None:
         inst.terminal_at = rec.at
         inst.timer, inst.owner = None, None
         inst.events, inst.events_bytes = [], 0  # WF-25
+
+
+@dataclass
+class Counts:
+    """Instances per status of each Workflow (WF-9), moved by the fold as statuses change, so
+    reporting them never recounts every instance. `fold` is `evolve` with the count kept."""
+
+    per: dict[str, dict[str, int]] = field(default_factory=dict)  # workflow UID -> status -> count > 0
+
+    def of(self, workflow_uid: str) -> dict[str, int]:
+        per = self.per.get(workflow_uid, {})
+        return {s: per.get(s, 0) for s in STATUSES}
+
+    def fold(self, inst: Instance | None, rec: LogRecord) -> Instance | None:
+        before = _counted(inst)  # read first: evolve changes the instance in place
+        after = evolve(inst, rec)
+        if after is not None and before != _counted(after):
+            self._move(after.workflow_uid, before, _counted(after))
+        return after
+
+    def _move(self, workflow_uid: str, before: str | None, after: str | None) -> None:
+        per = self.per.setdefault(workflow_uid, {})
+        if before is not None:
+            per[before] -= 1
+            if not per[before]:
+                del per[before]
+        if after is not None:
+            per[after] = per.get(after, 0) + 1
+        if not per:
+            del self.per[workflow_uid]  # a deleted Workflow's entry goes with its last instance
+
+
+def _counted(inst: Instance | None) -> str | None:
+    """The status an instance is counted under; None: not counted (none, or purged)."""
+    return inst.status if inst is not None and not inst.purged else None

@@ -51,7 +51,7 @@ from sumi.workflow._bindings import Bindings
 from sumi.workflow._control import WorkflowControl
 from sumi.workflow._runs import LIMIT_STOPS, ContextRun
 from sumi.workflow._spares import Spares
-from sumi.workflow._state import Instance, evolve
+from sumi.workflow._state import Counts, Instance
 
 log = logging.getLogger("sumi.workflow")
 MAX_RUNS = 128  # live contexts at once; more runnable instances wait their turn
@@ -73,6 +73,7 @@ class Engine:
         self.settings = settings
         self.limits = limits or limits_from_env()
         self.instances: dict[str, Instance] = {}
+        self.counts = Counts()  # per Workflow and status, kept by the fold (WF-9)
         self.runs: dict[str, ContextRun] = {}
         self.control = WorkflowControl()
         self.quarantine = kafka.Quarantine(settings, "workflow-engine")
@@ -108,7 +109,7 @@ class Engine:
             return
         if isinstance(rec, r.InstancesPurged) or not isinstance(rec, r.WorkflowRecord):
             return  # the marker after the per-instance purges (WF-13); nothing else is on this log
-        inst = evolve(self.instances.get(key), rec)
+        inst = self.counts.fold(self.instances.get(key), rec)
         if inst is None:
             return
         if inst.purged:
@@ -361,15 +362,13 @@ class Engine:
             self.reported.add(op)
 
     def _observe(self) -> None:
-        """WF-9: instance counts per status, reported to the control plane when they change."""
-        counts: dict[str, dict[str, int]] = {}
-        for inst in self.instances.values():
-            per = counts.setdefault(inst.workflow_uid, dict.fromkeys(STATUSES, 0))
-            per[inst.status] += 1
+        """WF-9: instance counts per status, reported to the control plane when they change.
+
+        The fold keeps the counts (`Counts`): this compares one small dict per Workflow."""
         for wf in self.control.workflows():
             if wf.state == "deleting":
                 continue
-            per = counts.get(wf.uid, dict.fromkeys(STATUSES, 0))
+            per = self.counts.of(wf.uid)
             if self.observed.get(wf.uid) != per:
                 self.observed[wf.uid] = per
                 observe = ResourceObserve(uid=wf.uid, observed={"instanceCounts": per})
@@ -470,9 +469,6 @@ class Engine:
                     task.cancel()  # e.g. one still starting its runtime process
                 await asyncio.gather(*pending, return_exceptions=True)
             await _close_runtimes(list(self._runtimes.values()))
-
-
-STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
 
 
 async def _close_runtimes(starting: list["asyncio.Future[Any]"]) -> None:
