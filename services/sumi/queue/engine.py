@@ -37,12 +37,14 @@ from sumi.core.commands import Command, OperationReport, ResourceObserve, submit
 from sumi.core.config import Settings
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
+from sumi.engines.runtimes import Runtimes
 from sumi.queue import _decide as d
 from sumi.queue._batching import pick_version, plan
 from sumi.queue._contexts import ContextPool, Key
 from sumi.queue._control import LIVE, Code, Consumer, ControlTable
 from sumi.queue._runs import BatchRun
 from sumi.queue._state import ENGINE_RECORDS, EngineState, evolve
+from sumi.runtime.types import Runtime
 
 log = logging.getLogger("sumi.queue")
 SWEEP_MS = 1000
@@ -82,7 +84,7 @@ class Engine:
         self.outbox: Outbox | None = None
         self.live = False
         self._last_sweep = 0
-        self._runtimes: dict[str, Any] = {}
+        self.runtimes = Runtimes()  # one per kind
         self.contexts = ContextPool(on_stopped=self.wake.set)
 
     # ---- emitting ----------------------------------------------------------------------------
@@ -115,14 +117,9 @@ class Engine:
             return False
         return any(v == key[1] for v, _ in self.control.allocation(c.worker))
 
-    async def runtime(self, kind: str) -> Any:
-        if kind not in self._runtimes:
-            from sumi.runtime import JsRuntime, PyRuntime
-
-            rt = JsRuntime() if kind == "javascript" else PyRuntime()
-            await rt.start()
-            self._runtimes[kind] = rt
-        return self._runtimes[kind]
+    async def runtime(self, kind: str) -> Runtime:
+        """The one runtime process of a kind, started once however many batches ask at the same time."""
+        return await self.runtimes.get(kind)
 
     # ---- the scheduler -----------------------------------------------------------------------
 
@@ -230,9 +227,7 @@ class Engine:
             self._restarting = asyncio.ensure_future(self._restart_runtimes())
 
     async def _restart_runtimes(self) -> None:
-        runtimes, self._runtimes = list(self._runtimes.values()), {}
-        for rt in runtimes:
-            await rt.close()  # returns once the process has exited
+        await self.runtimes.restart()  # returns once the processes have exited
         self.contexts.unconfirmed.clear()
         self.wake.set()
 
@@ -328,8 +323,7 @@ class Engine:
         finally:
             for run in list(self.runs.values()):
                 run.stop()
-            for rt in self._runtimes.values():
-                await rt.close()
+            await self.runtimes.close()
 
     def _recover(self) -> None:
         """Every batch still open in the log was abandoned by an earlier engine."""

@@ -44,7 +44,8 @@ from sumi.core.commands import OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
-from sumi.runtime.types import WorkflowOutcome
+from sumi.engines.runtimes import Runtimes
+from sumi.runtime.types import Runtime, WorkflowOutcome
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow._bindings import Bindings
@@ -94,7 +95,7 @@ class Engine:
         self.wake = asyncio.Event()
         self.outbox: Outbox | None = None
         self.last_put: asyncio.Future[None] | None = None
-        self._runtimes: dict[str, asyncio.Future[Any]] = {}  # kind -> its (starting) runtime
+        self.runtimes = Runtimes()  # one per kind
         self._last_observe = 0
         self.closing = False
 
@@ -293,28 +294,16 @@ class Engine:
             self.runs[key] = run
             run.start()
 
-    async def runtime(self, kind: str) -> Any:
+    async def runtime(self, kind: str) -> Runtime:
         """The one runtime process of a kind, started once however many runs ask at the same time."""
         if self.closing:
             raise RuntimeError("the workflow engine is stopping")
-        starting = self._runtimes.get(kind)
-        if starting is None:
-            starting = self._runtimes[kind] = asyncio.ensure_future(self._start_runtime(kind))
-        return await asyncio.shield(starting)
-
-    @staticmethod
-    async def _start_runtime(kind: str) -> Any:
-        from sumi.runtime import JsRuntime, PyRuntime
-
-        rt = JsRuntime() if kind == "javascript" else PyRuntime()
-        await rt.start()
-        return rt
+        return await self.runtimes.get(kind)
 
     async def restart_runtimes(self) -> None:
         """A stop the runtime did not confirm is proven the only certain way: its process exits."""
-        starting, self._runtimes = list(self._runtimes.values()), {}
         self.spares.forget()
-        await _close_runtimes(starting)
+        await self.runtimes.restart()
 
     # ---- the scheduler ---------------------------------------------------------------------
 
@@ -468,17 +457,7 @@ class Engine:
                 for task in pending:
                     task.cancel()  # e.g. one still starting its runtime process
                 await asyncio.gather(*pending, return_exceptions=True)
-            await _close_runtimes(list(self._runtimes.values()))
-
-
-async def _close_runtimes(starting: list["asyncio.Future[Any]"]) -> None:
-    """Close every runtime (each returns once its process has exited); one still starting is awaited first."""
-    for fut in starting:
-        try:
-            rt = await fut
-        except BaseException:  # never started: nothing runs
-            continue
-        await rt.close()
+            await self.runtimes.close()
 
 
 async def serve(settings: Settings) -> None:
