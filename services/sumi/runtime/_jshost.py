@@ -1,6 +1,7 @@
 """Supervisor of the JavaScript runtime: one Node.js process, many contexts.
 
-Each context is a worker thread in that process (see ``js/host.mjs``). If the
+Each context is a vm context in a worker thread of that process: alone in its
+thread, or beside contexts of the same Version (see ``js/host.mjs``). If the
 process dies, every context it held reports stopped and the next
 ``start_context`` runs in a fresh process. The process runs behind the OS
 walls of ``_walls`` (once per process, not per context), on a staged copy of
@@ -35,7 +36,7 @@ from .types import (
 
 JS_DIR = Path(__file__).resolve().parent / "js"
 log = logging.getLogger("sumi.runtime.js")
-_STOPPED = ("cpu_limit", "heap_limit", "wall_limit", "stopped")
+_STOPPED = ("cpu_limit", "heap_limit", "wall_limit", "stopped", "evicted")
 
 
 def node_argv(node: str = "node", js_dir: Path = JS_DIR) -> list[str]:
@@ -208,7 +209,10 @@ class JsRuntime:
         main_module: str,
         limits: Limits = DEFAULT_LIMITS,
         host_call: HostCall | None = None,
+        share: str | None = None,
     ) -> JsContext:
+        """A fresh context. With `share` (a Version's ID), it may run in a worker thread
+        beside other contexts of the same `share`; without it, in a thread of its own."""
         async with self._lock:
             channel = await self._ensure_channel()
         ctx = JsContext(self, channel, uuid.uuid4().hex, host_call)
@@ -220,6 +224,7 @@ class JsRuntime:
                 "mainModule": main_module,
                 "modules": [{"name": m.name, "content": m.content} for m in modules],
                 "limits": limits.to_wire(),
+                **({"share": share} if share else {}),
             }
         )
         if reply is EXITED or reply.get("op") == "error":

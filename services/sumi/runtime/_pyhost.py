@@ -217,6 +217,7 @@ class PyRuntime:
         main_module: str,
         limits: Limits = DEFAULT_LIMITS,
         host_call: HostCall | None = None,
+        share: str | None = None,  # a child process per context: nothing is shared
     ) -> PyContext:
         root = Path(tempfile.mkdtemp(prefix="sumi-py-"))
         context_id = uuid.uuid4().hex

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-StopReason = Literal["threw", "cpu_limit", "heap_limit", "wall_limit", "stopped"]
+StopReason = Literal["threw", "cpu_limit", "heap_limit", "wall_limit", "stopped", "evicted"]
 
 # async def host_call(context_id, method, args) -> value; raise HostError to reject.
 HostCall = Callable[[str, str, dict[str, Any]], Awaitable[Any]]
@@ -247,6 +247,7 @@ class Runtime(Protocol):
         main_module: str,
         limits: Limits = DEFAULT_LIMITS,
         host_call: HostCall | None = None,
+        share: str | None = None,
     ) -> ExecutionContext: ...
 
     async def close(self) -> None: ...

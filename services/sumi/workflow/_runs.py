@@ -37,8 +37,11 @@ def invocation(inst: Instance, class_name: str) -> WorkflowInvocation:
 
 
 class ContextRun:
-    def __init__(self, engine: "Engine", key: str, class_name: str, allocation: list[tuple[str, int]]) -> None:
+    def __init__(
+        self, engine: "Engine", key: str, class_name: str, allocation: list[tuple[str, int]], solo: bool = False
+    ) -> None:
         self.engine = engine
+        self.solo = solo  # in a worker thread of its own: its last context was evicted from a shared one
         self.key = key
         self.class_name = class_name
         self.allocation = allocation
@@ -99,15 +102,22 @@ class ContextRun:
 
     async def _start_ctx(self, code: VersionView, committed: "asyncio.Future[None]") -> None:
         """A fresh context (never reused: WF-32): a spare started ahead, or one started while
-        the context start commits."""
-        spare = self.engine.spares.take(code)
+        the context start commits. Contexts of one Version may share a worker thread; a run
+        whose context was evicted from one (another context there broke a limit) runs alone,
+        where a limit it breaks is its own."""
+        spare = None if self.solo else self.engine.spares.take(code)
         if spare is not None:
             self.ctx = spare
             await committed
             return
         rt = await self.engine.runtime(code.runtime)
         starting = asyncio.ensure_future(
-            rt.start_context([Module(n, c) for n, c in code.modules], code.main_module, host_call=self.call)
+            rt.start_context(
+                [Module(n, c) for n, c in code.modules],
+                code.main_module,
+                host_call=self.call,
+                share=None if self.solo else code.uid,
+            )
         )
         try:
             await committed

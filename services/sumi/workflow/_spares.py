@@ -53,7 +53,7 @@ class Spares:
     async def _start(self, code: VersionView) -> None:
         try:
             rt = await self.engine.runtime(code.runtime)
-            ctx = await rt.start_context([Module(n, c) for n, c in code.modules], code.main_module)
+            ctx = await rt.start_context([Module(n, c) for n, c in code.modules], code.main_module, share=code.uid)
         except Exception as exc:  # no spare then: executions start their own
             log.warning("starting a spare context of %s: %r", code.uid, exc)
             return

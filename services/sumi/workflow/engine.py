@@ -84,6 +84,7 @@ class Engine:
         self.armed: dict[str, int] = {}  # the due time each instance has in `due`
         self.runnable: set[str] = set()
         self.blocked: set[str] = set()  # runnable, but no usable Version right now
+        self.solo: set[str] = set()  # evicted from a shared worker thread: the next context runs alone
         self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance]]] = {}
         self.deferred: dict[str, list[tuple[d.Caller, c.WorkflowCommand]]] = {}
         self.wake_recheck = asyncio.Event()
@@ -274,7 +275,9 @@ class Engine:
         if outcome.kind == "stopped":
             if outcome.reason in LIMIT_STOPS:
                 return d.outcome(inst, "errored", now, reason="run_threw", message=f"{outcome.reason}")
-            return d.Decision(runnable=True)  # the process went away: a new context replays
+            if outcome.reason == "evicted":
+                self.solo.add(run.key)
+            return d.Decision(runnable=True)  # the context went away: a new one replays
         return d.outcome(inst, outcome.kind, now, outcome.output, outcome.reason, outcome.message)
 
     def _start_runs(self, now: int) -> None:
@@ -290,7 +293,8 @@ class Engine:
             if wf is None or wf.class_name is None or not allocation:
                 self.blocked.add(key)  # no usable Version: it runs once the control log gives one
                 continue
-            run = ContextRun(self, key, wf.class_name, allocation)
+            run = ContextRun(self, key, wf.class_name, allocation, solo=key in self.solo)
+            self.solo.discard(key)
             self.runs[key] = run
             run.start()
 

@@ -13,9 +13,20 @@
 import { Worker } from 'node:worker_threads';
 import { createFrameReader, encodeFrame } from './frames.mjs';
 
-const WORKER_URL = new URL('./context_worker.mjs', import.meta.url);
+const CELL_URL = new URL('./cell.mjs', import.meta.url);
 const DEFAULT_LIMITS = { cpuMs: 30000, heapMb: 128, wallMs: 900000 };
+// A shared cell holds contexts of one Version only (same code, same Space):
+// at most CELL_CONTEXTS at once, CELL_PLACEMENTS over its life (then it
+// retires and its thread ends with its last context, which bounds whatever
+// dropped contexts leave in its heap). An idle cell ends after CELL_IDLE_MS.
+const CELL_CONTEXTS = 32;
+const CELL_PLACEMENTS = 512;
+const CELL_IDLE_MS = 10000;
+// A drop the cell has not confirmed in this time (the context's code is
+// running, or the cell is stuck) is made certain by ending the thread.
+const DROP_GRACE_MS = 1000;
 const contexts = new Map();
+const cells = new Set();
 // Log frames are dropped (and counted) while this much output waits for
 // Python to read it: a worker logging in a loop costs its own CPU budget, not
 // the runtime's memory. Frames that carry results or host calls are never
@@ -31,8 +42,124 @@ function send(msg) {
   return true;
 }
 
+// One worker thread: its own isolate, heap limit and event loop. Limits are
+// enforced here, from outside the thread: CPU as the thread's event-loop
+// active time charged to the context whose code ran (cell.mjs keeps the
+// meter), memory as the thread's heap limit. A breach ends the thread; the
+// context that breached stops with the limit's reason, and the others in the
+// cell with `evicted`: they did nothing wrong, and their engine runs them
+// again alone. A heap breach in a cell of several contexts cannot be charged
+// to one, so all are evicted; run alone, the culprit then breaches by itself.
+class Cell {
+  constructor(key, limits) {
+    this.key = key; // null: a solo cell, for exactly one context
+    this.limits = limits;
+    this.capacity = key === null ? 1 : CELL_CONTEXTS;
+    this.contexts = new Map(); // id -> Context
+    this.placed = 0;
+    this.ended = false;
+    this.endReason = null; // {culprit, reason} once the thread is being ended
+    this.idleTimer = null;
+    this.meterBuffer = new SharedArrayBuffer(8 * (2 + CELL_PLACEMENTS));
+    this.meter = new Float64Array(this.meterBuffer);
+    this.worker = new Worker(CELL_URL, {
+      // ArrayBuffer memory counts against the same limit as the heap (sandbox.js).
+      workerData: { meter: this.meterBuffer, bufferBytes: limits.heapMb * 1024 * 1024 },
+      resourceLimits: { maxOldGenerationSizeMb: limits.heapMb },
+      stdout: true, stderr: true, // worker code cannot reach process.stdout, but keep our frame channel safe regardless
+    });
+    this.worker.stdout.resume();
+    this.worker.stderr.resume();
+    this.worker.on('message', (m) => this.onMessage(m));
+    this.worker.on('error', (e) => {
+      this.end(null, e && e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? 'heap_limit' : 'threw', e);
+    });
+    this.worker.on('exit', () => this.onExit());
+    cells.add(this);
+  }
+
+  hasRoom(key, limits) {
+    return !this.ended && this.key === key && this.limits.heapMb === limits.heapMb
+      && this.contexts.size < this.capacity && this.placed < CELL_PLACEMENTS;
+  }
+
+  place(ctx, modules, mainModule) {
+    clearTimeout(this.idleTimer);
+    ctx.slot = ++this.placed;
+    this.contexts.set(ctx.id, ctx);
+    this.worker.postMessage({ type: 'open', ctx: ctx.id, slot: ctx.slot, modules, mainModule });
+  }
+
+  post(msg) {
+    if (!this.ended) this.worker.postMessage(msg);
+  }
+
+  active() {
+    return this.ended ? 0 : this.worker.performance.eventLoopUtilization().active;
+  }
+
+  // Active time charged to a slot so far.
+  usedMs(slot) {
+    const m = this.meter;
+    return m[1 + slot] + (m[0] === slot ? this.active() - m[1] : 0);
+  }
+
+  running(slot) {
+    return this.meter[0] === slot;
+  }
+
+  onMessage(m) {
+    if (m !== null && typeof m === 'object' && m.type === 'dropped') {
+      this.contexts.get(m.ctx)?.gone();
+      return;
+    }
+    const ctx = m !== null && typeof m === 'object' ? this.contexts.get(m.ctx) : undefined;
+    if (ctx) ctx.onMessage(m);
+    else if (m === null || typeof m !== 'object' || m.ctx !== null) this.end(null, 'threw', new Error('unknown message from a cell'));
+  }
+
+  // Ends the thread. `culprit` (or, in a cell of one, its only context) stops
+  // with `reason`; every other context of the cell with `evicted`.
+  end(culprit, reason, error) {
+    if (this.ended) return;
+    this.ended = true;
+    cells.delete(this);
+    clearTimeout(this.idleTimer);
+    const alone = this.contexts.size === 1;
+    for (const ctx of this.contexts.values()) {
+      ctx.decided(ctx === culprit || alone ? reason : 'evicted', error);
+    }
+    this.worker.terminate();
+  }
+
+  onExit() {
+    this.ended = true;
+    cells.delete(this);
+    clearTimeout(this.idleTimer);
+    for (const ctx of [...this.contexts.values()]) {
+      ctx.decided('stopped');
+      ctx.gone();
+    }
+  }
+
+  // A context left the cell (dropped or gone with it).
+  release(ctx) {
+    this.contexts.delete(ctx.id);
+    if (this.ended || this.contexts.size) return;
+    if (this.key === null || this.placed >= CELL_PLACEMENTS) this.end(null, 'stopped');
+    else this.idleTimer = setTimeout(() => this.end(null, 'stopped'), CELL_IDLE_MS).unref();
+  }
+}
+
+function cellFor(key, limits) {
+  if (key !== null) {
+    for (const cell of cells) if (cell.hasRoom(key, limits)) return cell;
+  }
+  return new Cell(key, limits);
+}
+
 class Context {
-  constructor(id, modules, mainModule, limits) {
+  constructor(id, key, modules, mainModule, limits) {
     this.id = id;
     this.limits = {
       cpuMs: limits?.cpuMs || DEFAULT_LIMITS.cpuMs,
@@ -42,50 +169,33 @@ class Context {
     this.ready = null;            // promise of load info
     this.invocations = new Map(); // invocationId -> reqId
     this.stopReason = null;       // set once termination is decided; gates all output
+    this.stopError = null;
     this.stopWaiters = [];
     this.exited = false;
     this.nextInvocation = 1;
-    this.budgetStart = null;
-    this.wallStart = null;
+    this.budgetStart = 0;
+    this.wallStart = Date.now();
     this.droppedLogs = 0;
-
-    this.worker = new Worker(WORKER_URL, {
-      // ArrayBuffer memory counts against the same limit as the heap (sandbox.js).
-      workerData: { contextId: id, modules, mainModule, bufferBytes: this.limits.heapMb * 1024 * 1024 },
-      resourceLimits: { maxOldGenerationSizeMb: this.limits.heapMb },
-      stdout: true, stderr: true, // worker code cannot reach process.stdout, but keep our frame channel safe regardless
-    });
-    this.worker.stdout.resume();
-    this.worker.stderr.resume();
+    this.dropTimer = null;
     this.ready = new Promise((resolve) => { this.resolveReady = resolve; });
+    this.cell = cellFor(typeof key === 'string' && key ? key : null, this.limits);
+    this.cell.place(this, modules, mainModule);
     this.startBudget();
-    this.worker.on('message', (m) => this.onMessage(m));
-    this.worker.on('error', (e) => {
-      this.decideStop(e && e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? 'heap_limit' : 'threw', e);
-    });
-    this.worker.on('exit', () => this.onExit());
   }
 
-  // CPU is measured as the worker's event-loop active time (busy, not idle
-  // waiting for host replies or timers), read from this thread while the
-  // worker may be spinning. It is wall time spent running, so it
-  // over-approximates CPU when the OS deschedules the thread.
-  busyMs() {
-    return this.exited ? 0 : this.worker.performance.eventLoopUtilization().active;
-  }
   startBudget() {
-    this.budgetStart = this.busyMs();
+    this.budgetStart = this.cell.usedMs(this.slot);
     this.wallStart = Date.now();
   }
   checkBudget() {
     if (this.stopReason) return;
-    if (this.busyMs() - this.budgetStart > this.limits.cpuMs) this.decideStop('cpu_limit');
+    if (this.cell.usedMs(this.slot) - this.budgetStart > this.limits.cpuMs) this.decideStop('cpu_limit');
     else if (this.limits.wallMs && Date.now() - this.wallStart > this.limits.wallMs) this.decideStop('wall_limit');
   }
 
   onMessage(m) {
     if (this.stopReason) return; // nothing from a stopping context reaches Python (WF-46)
-    const handler = m !== null && typeof m === 'object' && Object.hasOwn(fromWorker, m.type) ? fromWorker[m.type] : null;
+    const handler = Object.hasOwn(fromWorker, m.type) ? fromWorker[m.type] : null;
     if (!handler) return this.decideStop('threw', new Error('unknown message from the context'));
     // Every frame to Python is built here, field by field: the runtime's own
     // fields (op, reqId, contextId) are never taken from the worker's message.
@@ -109,19 +219,37 @@ class Context {
     const invocationId = this.nextInvocation++;
     this.invocations.set(invocationId, reqId);
     this.startBudget();
-    this.worker.postMessage({ ...message, invocationId });
+    this.cell.post({ ...message, ctx: this.id, invocationId });
   }
 
+  // Stops the context: a solo cell's thread ends; in a shared cell the
+  // context is dropped, unless its code is running now or it hit a limit
+  // there, which only ending the thread stops for certain.
   decideStop(reason, error) {
+    if (this.stopReason) return;
+    this.decided(reason, error);
+    const limit = reason === 'cpu_limit' || reason === 'heap_limit';
+    if (this.cell.capacity === 1 || this.cell.contexts.size === 1 || (limit && this.cell.running(this.slot))) {
+      this.cell.end(this, reason, error);
+      return;
+    }
+    this.cell.post({ type: 'drop', ctx: this.id });
+    this.dropTimer = setTimeout(() => this.cell.end(this, reason, error), DROP_GRACE_MS).unref();
+  }
+
+  decided(reason, error) {
     if (this.stopReason) return;
     this.stopReason = reason;
     this.stopError = error;
     this.resolveReady({ loadError: `context stopped: ${reason}` });
-    if (!this.exited) this.worker.terminate();
   }
 
-  onExit() {
+  // The context's code can never run toward the host again: dropped by its
+  // cell, or the cell's thread is gone.
+  gone() {
+    if (this.exited) return;
     this.exited = true;
+    clearTimeout(this.dropTimer);
     if (!this.stopReason) this.stopReason = 'stopped';
     this.resolveReady({ loadError: `context stopped: ${this.stopReason}` });
     for (const reqId of this.invocations.values()) {
@@ -129,6 +257,7 @@ class Context {
     }
     this.invocations.clear();
     contexts.delete(this.id);
+    this.cell.release(this);
     send({ op: 'context_stopped', contextId: this.id, reason: this.stopReason });
     for (const w of this.stopWaiters) w();
   }
@@ -142,8 +271,8 @@ class Context {
   }
 }
 
-// What a context's worker thread may say, by type (context_worker.mjs checked
-// and built each message; these take only the fields they need).
+// What a context may say through its cell, by type (cell.mjs checked and
+// built each message; these take only the fields they need).
 const isId = (v) => Number.isSafeInteger(v) && v > 0;
 const fromWorker = {
   loaded(c, m) {
@@ -181,8 +310,9 @@ function stoppedResult(reason, error) {
     wall_limit: 'context exceeded its wall-clock limit and was stopped',
     heap_limit: 'context exceeded its memory limit and was stopped',
     stopped: 'context was stopped',
+    evicted: 'context was stopped with the other contexts of its worker thread, one of which exceeded a limit',
   };
-  const message = messages[reason] || `context crashed: ${String(error && error.message).slice(0, 2048)}`;
+  const message = Object.hasOwn(messages, reason) ? messages[reason] : `context crashed: ${String(error && error.message).slice(0, 2048)}`;
   return { ok: false, reason: messages[reason] ? reason : 'threw', error: { name: 'Error', message, hostError: false } };
 }
 
@@ -191,7 +321,7 @@ setInterval(() => { for (const c of contexts.values()) c.checkBudget(); }, 10).u
 const ops = {
   async start_context(f) {
     if (contexts.has(f.contextId)) throw Object.assign(new Error(`context ${f.contextId} exists`), { name: 'invalid_request' });
-    const c = new Context(f.contextId, f.modules, f.mainModule, f.limits);
+    const c = new Context(f.contextId, f.share, f.modules, f.mainModule, f.limits);
     contexts.set(f.contextId, c);
     const info = await c.ready;
     return { op: 'started', loadError: info.loadError ?? null };
@@ -217,7 +347,7 @@ const ops = {
   },
   async host_reply(f) {
     const c = contexts.get(f.contextId);
-    if (c && !c.stopReason) c.worker.postMessage({ type: 'host_reply', callId: f.callId, ok: f.ok, value: f.value, error: f.error });
+    if (c && !c.stopReason) c.cell.post({ type: 'host_reply', ctx: c.id, callId: f.callId, ok: f.ok, value: f.value, error: f.error });
     return null;
   },
   async stop_context(f) {
@@ -233,6 +363,7 @@ const ops = {
 if (process.env.SUMI_JS_TEST_HOOKS === '1') {
   const AsyncFunction = (async () => {}).constructor;
   ops.debug_eval = async (f) => ({ op: 'debug_eval_result', value: await new AsyncFunction('send', f.code)(send) ?? null });
+  globalThis.sumiCells = () => [...cells].map((c) => ({ key: c.key, contexts: c.contexts.size }));
 }
 
 function getContext(id) {

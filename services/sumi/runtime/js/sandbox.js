@@ -345,7 +345,7 @@
   }
 
   // extensions: { installWorkflow, checkDocument }, both already evaluated in this realm
-  // (workflow.js, document.mjs) by context_worker.mjs.
+  // (workflow.js, document.mjs) by cell.mjs.
   return function install(bridge, extensions) {
     // bridge(kind, payload) -> string | undefined. Host side never throws.
     const global = globalThis;
