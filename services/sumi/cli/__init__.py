@@ -65,7 +65,7 @@ SERVICE_ENTRIES = {
     "projections": "sumi_projections",
     "gateway": "sumi.gateway",
     "verifier": "sumi.verifier",
-    "queue": "sumi.queue.engine",
+    "queue": "sumi._queue_service",  # the queue engine with the workflow client
     "workflow": "sumi.workflow.engine",
 }
 
