@@ -15,13 +15,12 @@ import httpx
 
 from sumi._lifeline import ENV
 from sumi.core.config import Settings
+from sumi.services import SERVICE_ENTRIES
 
 
 def available_services() -> tuple[str, ...]:
     """Every service whose module this installation has (later issues add more)."""
     import importlib.util
-
-    from sumi.cli import SERVICE_ENTRIES
 
     found = []
     for name, module in SERVICE_ENTRIES.items():

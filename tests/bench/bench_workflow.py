@@ -25,6 +25,8 @@ import time
 import uuid
 from typing import Any
 
+import psutil
+
 from sumi.core import records as r  # noqa: E402
 from sumi.workflow import commands as c  # noqa: E402
 from tests.hostkit import new_settings
@@ -108,6 +110,26 @@ async def sumi_run(b: Bench, n: int, concurrency: int, name: str = "sumi") -> di
     return figures(f"{name} c={concurrency}", n, elapsed, max(span, 1e-3) * n / max(n - 1, 1), lat)
 
 
+def cpu_seconds(engine_pid: int) -> dict[str, float]:
+    """CPU time so far of each part: the engine process, its JS runtime (node, under its walls),
+    the broker, PostgreSQL, and this process (the client, and the log follower)."""
+    out = dict.fromkeys(("engine", "js runtime", "kafka", "postgres", "bench client"), 0.0)
+    engine = psutil.Process(engine_pid)
+    parts = [(engine, "engine"), *((p, "js runtime") for p in engine.children(recursive=True))]
+    parts.append((psutil.Process(), "bench client"))
+    for p in psutil.process_iter(["name", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if p.info["name"] == "java" and "kafka" in cmd:
+            parts.append((p, "kafka"))
+        elif (p.info["name"] or "").startswith("postgres"):
+            parts.append((p, "postgres"))
+    for p, part in parts:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            out[part] += t.user + t.system
+    return out
+
+
 async def sumi_bench(kafka: str, db: str) -> list[dict[str, Any]]:
     settings = new_settings(kafka, db)
     async with engine_bench(settings, in_process=False) as (b, _):
@@ -115,7 +137,15 @@ async def sumi_bench(kafka: str, db: str) -> list[dict[str, Any]]:
         proc = engine_process(settings)
         try:
             await sumi_run(b, 5, 5)  # warm-up: runtime started, JIT, connections
-            return [await sumi_run(b, N1, 1), await sumi_run(b, N100, 100)]
+            one = await sumi_run(b, N1, 1)
+            before, t0 = cpu_seconds(proc.pid), time.perf_counter()
+            hundred = await sumi_run(b, N100, 100)
+            after, elapsed = cpu_seconds(proc.pid), time.perf_counter() - t0
+            # Where the time goes at c=100, in cores (2 on the reference machine); the JS runtime
+            # starts with the first context, so its processes are found after the warm-up.
+            cores = {part: round((after[part] - before[part]) / elapsed, 2) for part in after}
+            print(json.dumps({"sumi c=100 cores": cores, "machine cores": os.cpu_count()}), flush=True)
+            return [one, hundred]
         finally:
             proc.send_signal(signal.SIGTERM)
             try:

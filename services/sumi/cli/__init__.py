@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 from sumi.core.config import Settings
+from sumi.services import SERVICE_ENTRIES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,17 +58,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replay: {verdict}; {len(audit.quarantined)} records quarantined")
         return 0 if not audit.differences else 1
     return 2
-
-
-# Each service is `async def serve(settings)` in its module; the gateway is uvicorn's.
-SERVICE_ENTRIES = {
-    "control": "sumi.control._processor",
-    "projections": "sumi_projections",
-    "gateway": "sumi.gateway",
-    "verifier": "sumi.verifier",
-    "queue": "sumi.queue.engine",
-    "workflow": "sumi.workflow.engine",
-}
 
 
 def _serve(service: str) -> int:

@@ -14,7 +14,7 @@ Writers (gateway, engines, verifier, bootstrap) build the typed command and turn
 into the record with `submitted`, so every payload on the log is written one way.
 """
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import msgspec
 
@@ -23,10 +23,40 @@ from sumi.core.canonical import canonical
 from sumi.core.problems import Problem
 
 
-class _Command(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True, rename="camel"
-):
+class TypedCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A command of any log (control, workflow): its `kind` names it on the record, its fields are the payload."""
+
     kind: ClassVar[str]
+
+
+C = TypeVar("C", bound=TypedCommand)
+
+
+class Kinds(Generic[C]):
+    """The command types of one log by kind, each with its decoder (built once)."""
+
+    def __init__(self, what: str, *types: type[C]) -> None:
+        self.what = what
+        self.types: dict[str, type[C]] = {t.kind: t for t in types}
+        self._decoders = {t.kind: msgspec.json.Decoder(t) for t in types}
+
+    def decode(self, kind: str, payload: str) -> C:
+        """The typed command of a record, or `Problem invalid_request` saying what is wrong.
+
+        A `Problem` a type raises itself (its `__post_init__`, e.g. a document's own code)
+        passes through unchanged."""
+        decoder = self._decoders.get(kind)
+        if decoder is None:
+            raise Problem("invalid_request", f"unknown {self.what} kind {kind!r}")
+        try:
+            command: C = decoder.decode(payload)
+        except (msgspec.DecodeError, UnicodeError) as exc:  # ValidationError included: shape and types
+            raise Problem("invalid_request", f"the {kind} payload does not decode: {exc}") from None
+        return command
+
+
+class _Command(TypedCommand, frozen=True, kw_only=True, rename="camel"):
+    pass
 
 
 class SpaceCreate(_Command, frozen=True):
@@ -123,50 +153,36 @@ Command = (
     | ResourceObserve
 )
 
-KINDS: dict[str, type[Command]] = {
-    cls.kind: cls
-    for cls in (
-        SpaceCreate,
-        SpaceDelete,
-        TokenCreate,
-        TokenRevoke,
-        ResourceCreate,
-        ResourceUpdate,
-        ResourceDelete,
-        OperationApply,
-        OperationReport,
-        ResourceObserve,
-    )
-}
-
-_DECODERS = {kind: msgspec.json.Decoder(cls) for kind, cls in KINDS.items()}
+_KINDS: Kinds[Command] = Kinds(
+    "command",
+    SpaceCreate,
+    SpaceDelete,
+    TokenCreate,
+    TokenRevoke,
+    ResourceCreate,
+    ResourceUpdate,
+    ResourceDelete,
+    OperationApply,
+    OperationReport,
+    ResourceObserve,
+)
+KINDS = _KINDS.types
+decode = _KINDS.decode
 
 
-def decode(kind: str, payload: str) -> Command:
-    """The typed command of a record, or `Problem invalid_request` saying what is wrong."""
-    decoder = _DECODERS.get(kind)
-    if decoder is None:
-        raise Problem("invalid_request", f"unknown command kind {kind!r}")
-    try:
-        command: Command = decoder.decode(payload)
-    except (msgspec.DecodeError, UnicodeError) as exc:  # ValidationError included: shape and types
-        raise Problem("invalid_request", f"the {kind} payload does not decode: {exc}") from None
-    return command
-
-
-def payload(command: Command) -> str:
+def payload(command: TypedCommand) -> str:
     """The command's payload as it goes on the log: canonical JSON (RFC 8785)."""
     return canonical(msgspec.to_builtins(command))
 
 
 def submitted(
-    command: Command,
+    command: TypedCommand,
     *,
     command_id: str,
     space: str,
     principal: str,
-    admin: bool,
     now: int,
+    admin: bool = False,
     idempotency_key: str | None = None,
     fingerprint: str | None = None,
 ) -> r.CommandSubmitted:

@@ -5,7 +5,9 @@ partition count, so the owner of a command partition owns the same partition
 of the control log, which is its changelog: state is the fold of it.
 """
 
+import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from sumi.core.config import Settings
 
@@ -81,5 +83,24 @@ async def ensure_topics(settings: Settings) -> None:
         present = [t for t in topic_specs(settings) if t.name in existing]
         if present:  # an older install's topics get today's settings (AlterConfigs sets them whole)
             await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, t.name, t.config) for t in present])
+        await _coordinators_ready(admin, settings.topic_prefix)
     finally:
         await admin.close()
+
+
+async def _coordinators_ready(admin: Any, prefix: str, timeout: float = 60.0) -> None:
+    """Wait until the broker names a group and a transaction coordinator. A new cluster creates
+    its offsets and transaction-state topics on the first ask; a service that asked first would
+    log that as an error and retry."""
+    from aiokafka.errors import KafkaError
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    for kind in (0, 1):  # FindCoordinator key types: group, transaction
+        while True:
+            try:
+                await admin.find_coordinator(f"{prefix}-ready", kind)
+                break
+            except KafkaError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)

@@ -39,8 +39,16 @@ from sumi.gateway._commands import as_decision, request_reply, respond
 from sumi.gateway._json import check_object, fingerprint, idempotency_key, parse_json, read_body
 from sumi.gateway._query import choice_param, int_param
 from sumi.gateway._routing import route
-from sumi.workflow._documents import document_json, is_name
-from sumi.workflow.commands import CreateInstance, SendEvent, TerminateInstance, WorkflowCommand, key_of, submitted
+from sumi.workflow._documents import is_name
+from sumi.workflow.commands import (
+    UNSET,
+    CreateInstance,
+    SendEvent,
+    TerminateInstance,
+    WorkflowCommand,
+    key_of,
+    submitted,
+)
 
 BASE = "/v2/spaces/{space}/workflows/{uid}/instances"
 ID_SEGMENT = 7  # "", "v2", "spaces", space, "workflows", uid, "instances", id, ...
@@ -135,9 +143,7 @@ async def create_instance(request: Request) -> Response:
     caller, uid = await workflow_uid(request, write=True)
     key = idempotency_key(request.headers.get("idempotency-key"), required=False)
     body = await _body(request, set(), {"id", "params"})
-    params = body.get("params")
-    if "params" in body:
-        document_json(params, "params")  # DOC-1..6: invalid_params / document_too_large; null is no document
+    params = body.get("params", UNSET)  # the command checks it (DOC-1..6); null is no document
     if "id" in body:
         command = CreateInstance(uid, _name(body["id"], "id"), params)
     elif key is not None:  # a retry issues the same ID (WF-19: a lost answer is no second run)
@@ -155,9 +161,8 @@ async def send_event(request: Request) -> Response:
     key = idempotency_key(request.headers.get("idempotency-key"), required=False)
     body = await _body(request, {"type"}, {"payload"})
     event_type = _name(body["type"], "type")
-    if "payload" in body:
-        document_json(body["payload"], "payload")
-    return await _command(request, caller, SendEvent(uid, iid, event_type, body.get("payload")), body, key)
+    event = SendEvent(uid, iid, event_type, body.get("payload", UNSET))  # the command checks the document
+    return await _command(request, caller, event, body, key)
 
 
 async def terminate_instance(request: Request) -> Response:

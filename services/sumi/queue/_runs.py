@@ -9,20 +9,19 @@ ID is `unknown_batch`) and resolve only once their record has committed.
 """
 
 import asyncio
-import base64
 import logging
 from typing import TYPE_CHECKING, Any
 
 from sumi.core import records as r
+from sumi.engines.sends import sent
 from sumi.queue import _decide as d
-from sumi.queue._control import LIVE, Code, Consumer
+from sumi.queue._control import Code, Consumer
 from sumi.runtime import EnvSpec, HostError, Module, QueueBatch, QueueMessage
 
 if TYPE_CHECKING:
     from sumi.queue.engine import Engine
 
 log = logging.getLogger("sumi.queue")
-MAX_BODY = 127_000
 
 
 class BatchRun:
@@ -203,26 +202,6 @@ _SETTLE = {
     "batch.acknowledgeAll": BatchRun._ack_all,
     "batch.retryAll": BatchRun._retry_all,
 }
-
-
-def sent(control: Any, code: Code, args: dict[str, Any], now: int, new_id: Any) -> list[r.MessageAccepted]:
-    """The messages of a queue binding's `queue.send` (a queue handler's or a workflow run's), or a HostError."""
-    target = code.queue_bindings.get(str(args.get("binding")))
-    queue = control.queue(target) if target else None
-    if queue is None or queue.state not in LIVE:
-        raise HostError("backend_unavailable", "the bound queue is not available")
-    records = []
-    for m in args.get("messages") or []:
-        body = base64.b64decode(m["body"])
-        if len(body) > MAX_BODY:
-            raise HostError("message_too_large", f"a body is limited to {MAX_BODY} bytes")
-        delay = int(m.get("delaySeconds") or 0)
-        accepted_by = f"worker:{code.uid}"
-        # a binding names a queue of the Version's own Space (resolve)
-        records.append(
-            r.MessageAccepted(queue.uid, code.space, new_id("msg"), body, now, now + delay * 1000, accepted_by)
-        )
-    return records
 
 
 def _now() -> int:

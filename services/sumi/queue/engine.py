@@ -25,7 +25,7 @@ consumer group and give each its own transactional ID; not done yet.
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer
 
@@ -35,15 +35,16 @@ from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.commands import Command, OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
+from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
+from sumi.engines.runtimes import Runtimes
 from sumi.queue import _decide as d
 from sumi.queue._batching import pick_version, plan
 from sumi.queue._contexts import ContextPool, Key
-from sumi.queue._control import LIVE, Consumer, ControlTable
-from sumi.queue._outbox import Outbox
+from sumi.queue._control import LIVE, Code, Consumer, ControlTable
 from sumi.queue._runs import BatchRun
 from sumi.queue._state import ENGINE_RECORDS, EngineState, evolve
-from sumi.workflow.client import WorkflowClient
+from sumi.runtime.types import Runtime
 
 log = logging.getLogger("sumi.queue")
 SWEEP_MS = 1000
@@ -56,12 +57,23 @@ def new_id(prefix: str) -> str:
 _ACCEPTED_FP = codec.encode(r.MessageAccepted("q", "s", "m", b"", 0, 0))[2:10]
 
 
+class Workflows(Protocol):
+    """The workflow engine's Caller Bindings as a queue handler reaches them (WF-18).
+
+    Given to the engine by the service (sumi._queue_service, the workflow client), so
+    this package never imports sumi.workflow."""
+
+    async def call(self, code: Code | None, method: str, args: dict[str, Any]) -> Any: ...
+
+    async def run(self) -> None: ...
+
+
 class Engine:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, workflows: Workflows) -> None:
         self.settings = settings
         self.state = EngineState()
         self.control = ControlTable()
-        self.workflows = WorkflowClient(settings)
+        self.workflows = workflows
         self.runs: dict[str, BatchRun] = {}
         self.windows: dict[str, int | None] = {}
         self.observed_sent: dict[str, dict[str, bool]] = {}
@@ -72,7 +84,7 @@ class Engine:
         self.outbox: Outbox | None = None
         self.live = False
         self._last_sweep = 0
-        self._runtimes: dict[str, Any] = {}
+        self.runtimes = Runtimes()  # one per kind
         self.contexts = ContextPool(on_stopped=self.wake.set)
 
     # ---- emitting ----------------------------------------------------------------------------
@@ -105,14 +117,9 @@ class Engine:
             return False
         return any(v == key[1] for v, _ in self.control.allocation(c.worker))
 
-    async def runtime(self, kind: str) -> Any:
-        if kind not in self._runtimes:
-            from sumi.runtime import JsRuntime, PyRuntime
-
-            rt = JsRuntime() if kind == "javascript" else PyRuntime()
-            await rt.start()
-            self._runtimes[kind] = rt
-        return self._runtimes[kind]
+    async def runtime(self, kind: str) -> Runtime:
+        """The one runtime process of a kind, started once however many batches ask at the same time."""
+        return await self.runtimes.get(kind)
 
     # ---- the scheduler -----------------------------------------------------------------------
 
@@ -220,9 +227,7 @@ class Engine:
             self._restarting = asyncio.ensure_future(self._restart_runtimes())
 
     async def _restart_runtimes(self) -> None:
-        runtimes, self._runtimes = list(self._runtimes.values()), {}
-        for rt in runtimes:
-            await rt.close()  # returns once the process has exited
+        await self.runtimes.restart()  # returns once the processes have exited
         self.contexts.unconfirmed.clear()
         self.wake.set()
 
@@ -318,8 +323,7 @@ class Engine:
         finally:
             for run in list(self.runs.values()):
                 run.stop()
-            for rt in self._runtimes.values():
-                await rt.close()
+            await self.runtimes.close()
 
     def _recover(self) -> None:
         """Every batch still open in the log was abandoned by an earlier engine."""
@@ -333,8 +337,4 @@ def _gone(uid: str, queue: str) -> Consumer:
     return Consumer(uid, "", queue, "", 1, 0, 1, 0, 0, None, "deleting")
 
 
-async def serve(settings: Settings) -> None:
-    await Engine(settings).run()
-
-
-__all__ = ["Engine", "serve"]
+__all__ = ["Engine", "Workflows"]

@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from sumi.control.state import VersionView
 from sumi.core import ids
+from sumi.core import records as r
 from sumi.core.problems import Problem
 from sumi.core.topics import instance_key
 from sumi.runtime import HostError
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
+from sumi.workflow._state import Instance
 
 if TYPE_CHECKING:
     from sumi.workflow.engine import Engine
@@ -65,10 +67,10 @@ class Bindings:
 
     async def _decided(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller) -> Any:
         decision = self.engine.decide(key, cmd, caller, self.engine.now())
-        answer = next(x for x in decision.records if type(x).__name__ == "CommandDecided")
+        answer = next(x for x in decision.records if isinstance(x, r.CommandDecided))
         await self.engine.apply(key, decision)
         if not answer.accepted:
-            raise Problem.from_json(json.loads(answer.problem))
+            raise Problem.from_json(json.loads(answer.problem or "{}"))
         return json.loads(answer.result) if answer.result else None
 
 
@@ -84,7 +86,8 @@ def create_command(uid: str, args: dict[str, Any]) -> c.CreateInstance:
     """`env.NAME.create({id?, params?})` as a typed command; an omitted ID is issued here (WF-19)."""
     payload = {k: v for k, v in args.items() if k in ("id", "params")}
     checked = c.decode(c.CreateInstance.kind, json.dumps({"workflowUid": uid, "id": "_", **payload}))
-    return c.CreateInstance.new(uid, args.get("id"), checked.params)  # type: ignore[union-attr]
+    assert isinstance(checked, c.CreateInstance)  # the kind decides the type
+    return c.CreateInstance.new(uid, args.get("id"), checked.params)
 
 
 def event_command(uid: str, args: dict[str, Any]) -> c.WorkflowCommand:
@@ -92,7 +95,7 @@ def event_command(uid: str, args: dict[str, Any]) -> c.WorkflowCommand:
     return c.decode(c.SendEvent.kind, json.dumps(body))
 
 
-def status_of(inst: Any) -> dict[str, Any]:
+def status_of(inst: Instance) -> dict[str, Any]:
     """WF-21: `output` only when complete, `error` only when errored."""
     out: dict[str, Any] = {"status": inst.status}
     if inst.status == "complete" and inst.output is not None:

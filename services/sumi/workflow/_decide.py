@@ -19,8 +19,8 @@ from typing import Any
 from sumi.core import records as r
 from sumi.core.canonical import canonical
 from sumi.core.problems import Problem
-from sumi.workflow._state import TERMINAL, Instance, Timer
-from sumi.workflow.commands import CreateInstance, SendEvent, TerminateInstance
+from sumi.workflow._state import TERMINAL, Instance, LogRecord, Step, Timer
+from sumi.workflow.commands import UNSET, CreateInstance, SendEvent, TerminateInstance
 
 DAY_MS = 86_400_000
 
@@ -35,13 +35,16 @@ class Limits:
     always_replay: bool = False  # end the context after every committed step
 
 
+Records = list[LogRecord]
+
+
 @dataclass
 class Decision:
-    records: list[Any] = field(default_factory=list)
+    records: Records = field(default_factory=list)
     reply: dict[str, Any] | None = None  # to a runtime call
     error: tuple[str, str] | None = None  # a HostError (name, message) to a runtime call instead of a reply
     stop: bool = False  # the engine stops the context before anything in after_stop
-    after_stop: list[Any] = field(default_factory=list)
+    after_stop: Records = field(default_factory=list)
     runnable: bool = False  # the instance needs a (new) context now
 
 
@@ -99,7 +102,7 @@ def create(inst: Instance | None, cmd: CreateInstance, wf: WorkflowView, caller:
         return Decision([rejected(caller, now, Problem("workflow_not_ready", "the Workflow cannot accept instances"))])
     if inst is not None and not inst.purged:
         return Decision([rejected(caller, now, Problem("instance_exists", f"instance {cmd.instance_id} exists"))])
-    params = None if cmd.params is None else canonical(cmd.params)
+    params = None if cmd.params is UNSET else canonical(cmd.params)
     created = r.InstanceCreated(cmd.workflow_uid, cmd.instance_id, caller.space, now, params, caller.principal)
     body = {"id": cmd.instance_id, "status": "queued"}
     return Decision([created, decided(caller, now, 201, body)], runnable=True)
@@ -113,9 +116,9 @@ def event(inst: Instance | None, cmd: SendEvent, caller: Caller, now: int, limit
     fired = due(inst, now, limits, alive) if _wait_overdue(inst, now) and not alive else Decision()
     if inst.terminal or any(isinstance(x, r.InstanceStatusChanged) and x.status in TERMINAL for x in fired.records):
         return Decision([*fired.records, rejected(caller, now, Problem("instance_terminal", "the instance ended"))])
-    stored: dict[str, Any] = {"type": cmd.type} if cmd.payload is None else {"type": cmd.type, "payload": cmd.payload}
+    stored: dict[str, Any] = {"type": cmd.type} if cmd.payload is UNSET else {"type": cmd.type, "payload": cmd.payload}
     size = len(canonical(stored).encode("utf-8"))
-    payload = None if cmd.payload is None else canonical(cmd.payload)
+    payload = None if cmd.payload is UNSET else canonical(cmd.payload)
     accepted = r.EventAccepted(inst.workflow_uid, inst.instance_id, inst.next_sequence, cmd.type, size, now, payload)
     answer = decided(caller, now, 202, {"sequence": inst.next_sequence})
     t = inst.timer if not fired.records else None
@@ -253,7 +256,7 @@ def _limit(inst: Instance, now: int, limits: Limits) -> Decision | None:
     return Decision(error=(reason or "limit", "a Host limit ended the instance"), stop=True, after_stop=ended)
 
 
-def _replayed(done: Any) -> Decision:
+def _replayed(done: Step) -> Decision:
     # Normally the runtime replays completed names itself from the invocation; a name completed
     # during this context (e.g. a wait woken while it ran) is answered from the fold the same way.
     if done.ok:
@@ -399,13 +402,13 @@ def _step_done(
     return _attempt(inst, name, kind, 1, now, token, ok=ok, final=True, result=result, error=error, sequence=sequence)
 
 
-def _status(inst: Instance, status: str, now: int) -> list[r.InstanceStatusChanged]:
+def _status(inst: Instance, status: str, now: int) -> Records:
     if inst.status == status:
         return []
     return [r.InstanceStatusChanged(inst.workflow_uid, inst.instance_id, status, now)]
 
 
-def _errored(inst: Instance, reason: str, message: str | None, now: int) -> list[Any]:
+def _errored(inst: Instance, reason: str, message: str | None, now: int) -> Records:
     return [r.InstanceStatusChanged(inst.workflow_uid, inst.instance_id, "errored", now, None, reason, message)]
 
 

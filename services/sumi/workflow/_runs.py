@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sumi.control.state import VersionView
 from sumi.core import ids
-from sumi.queue._runs import sent
+from sumi.engines.sends import sent
 from sumi.runtime import EnvSpec, HostError, Module
 from sumi.runtime.allocation import pick_version
 from sumi.runtime.types import StepRecord, WorkflowInvocation, WorkflowOutcome

@@ -12,8 +12,9 @@ drops the unmatched events (WF-25) and starts the retention period (WF-47).
 """
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import assert_never
 
+from sumi.control.forms.durable_workflow import STATUSES
 from sumi.core import records as r
 
 TERMINAL = frozenset({"complete", "errored", "terminated"})
@@ -94,7 +95,11 @@ class Instance:
         return next((e for e in self.events if e.type == type_), None)
 
 
-def evolve(inst: Instance | None, rec: Any) -> Instance | None:
+# What the instance log holds: the engine's records and each command's answer.
+LogRecord = r.WorkflowRecord | r.CommandDecided
+
+
+def evolve(inst: Instance | None, rec: LogRecord) -> Instance | None:
     """Fold one instance-log record (in place where an instance exists); None = no instance (unknown or purged)."""
     if isinstance(rec, r.InstanceCreated):
         if inst is not None and not inst.purged:
@@ -102,7 +107,27 @@ def evolve(inst: Instance | None, rec: Any) -> Instance | None:
         return Instance(rec.workflowUid, rec.instanceId, rec.space, rec.params, rec.createdAt)
     if inst is None or inst.purged:
         return inst
-    _APPLY[type(rec)](inst, rec)
+    match rec:
+        case r.InstanceContextStarted():
+            _context_started(inst, rec)
+        case r.StepAttemptCommitted():
+            _step(inst, rec)
+        case r.SleepScheduled():
+            _sleep(inst, rec)
+        case r.WaitScheduled():
+            _wait(inst, rec)
+        case r.RetryScheduled():
+            _retry(inst, rec)
+        case r.EventAccepted():
+            _event(inst, rec)
+        case r.InstanceStatusChanged():
+            _status(inst, rec)
+        case r.InstancePurged() | r.InstancesPurged():
+            inst.purged = True
+        case r.CommandDecided():
+            pass  # an answer: it changes no instance
+        case _:
+            assert_never(rec)
     return inst
 
 
@@ -169,21 +194,36 @@ def _status(inst: Instance, rec: r.InstanceStatusChanged) -> None:
         inst.events, inst.events_bytes = [], 0  # WF-25
 
 
-def _purged(inst: Instance, rec: Any) -> None:
-    inst.purged = True
+@dataclass
+class Counts:
+    """Instances per status of each Workflow (WF-9), moved by the fold as statuses change, so
+    reporting them never recounts every instance. `fold` is `evolve` with the count kept."""
+
+    per: dict[str, dict[str, int]] = field(default_factory=dict)  # workflow UID -> status -> count > 0
+
+    def of(self, workflow_uid: str) -> dict[str, int]:
+        per = self.per.get(workflow_uid, {})
+        return {s: per.get(s, 0) for s in STATUSES}
+
+    def fold(self, inst: Instance | None, rec: LogRecord) -> Instance | None:
+        before = _counted(inst)  # read first: evolve changes the instance in place
+        after = evolve(inst, rec)
+        if after is not None and before != _counted(after):
+            self._move(after.workflow_uid, before, _counted(after))
+        return after
+
+    def _move(self, workflow_uid: str, before: str | None, after: str | None) -> None:
+        per = self.per.setdefault(workflow_uid, {})
+        if before is not None:
+            per[before] -= 1
+            if not per[before]:
+                del per[before]
+        if after is not None:
+            per[after] = per.get(after, 0) + 1
+        if not per:
+            del self.per[workflow_uid]  # a deleted Workflow's entry goes with its last instance
 
 
-_APPLY: dict[type, Any] = {
-    r.InstanceContextStarted: _context_started,
-    r.StepAttemptCommitted: _step,
-    r.SleepScheduled: _sleep,
-    r.WaitScheduled: _wait,
-    r.RetryScheduled: _retry,
-    r.EventAccepted: _event,
-    r.InstanceStatusChanged: _status,
-    r.InstancePurged: _purged,
-    r.InstancesPurged: _purged,
-    r.CommandDecided: lambda inst, rec: None,
-}
-
-INSTANCE_RECORDS = tuple(_APPLY) + (r.InstanceCreated,)
+def _counted(inst: Instance | None) -> str | None:
+    """The status an instance is counted under; None: not counted (none, or purged)."""
+    return inst.status if inst is not None and not inst.purged else None

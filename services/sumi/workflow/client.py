@@ -60,6 +60,8 @@ class WorkflowClient:
             if fut is not None and not fut.done():
                 fut.set_result(rec)
             return
+        if not isinstance(rec, r.WorkflowRecord):
+            return
         key = m.key.decode() if m.key else ""
         inst = evolve(self.instances.get(key), rec)
         if inst is not None and inst.purged:

@@ -31,6 +31,7 @@ import heapq
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -41,16 +42,17 @@ from sumi.core.clock import now_ms
 from sumi.core.commands import Command as ControlCommand
 from sumi.core.commands import OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
+from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
-from sumi.queue._outbox import Outbox
-from sumi.runtime.types import WorkflowOutcome
+from sumi.engines.runtimes import Runtimes
+from sumi.runtime.types import Runtime, WorkflowOutcome
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow._bindings import Bindings
 from sumi.workflow._control import WorkflowControl
 from sumi.workflow._runs import LIMIT_STOPS, ContextRun
 from sumi.workflow._spares import Spares
-from sumi.workflow._state import Instance, evolve
+from sumi.workflow._state import Counts, Instance
 
 log = logging.getLogger("sumi.workflow")
 MAX_RUNS = 128  # live contexts at once; more runnable instances wait their turn
@@ -75,6 +77,7 @@ class Engine:
         self.settings = settings
         self.limits = limits or limits_from_env()
         self.instances: dict[str, Instance] = {}
+        self.counts = Counts()  # per Workflow and status, kept by the fold (WF-9)
         self.runs: dict[str, ContextRun] = {}
         self.control = WorkflowControl()
         self.quarantine = kafka.Quarantine(settings, "workflow-engine")
@@ -99,7 +102,7 @@ class Engine:
         self.wake = asyncio.Event()
         self.outbox: Outbox | None = None
         self.last_put: asyncio.Future[None] | None = None
-        self._runtimes: dict[str, asyncio.Future[Any]] = {}  # kind -> its (starting) runtime
+        self.runtimes = Runtimes()  # one per kind
         self._last_observe = 0
         self.closing = False
 
@@ -108,13 +111,13 @@ class Engine:
 
     # ---- the fold and the outbox ------------------------------------------------------------
 
-    def fold(self, key: str, rec: Any) -> None:
+    def fold(self, key: str, rec: r.Record) -> None:
         if isinstance(rec, r.CommandDecided):
             self._remember(rec.commandId)
             return
-        if isinstance(rec, r.InstancesPurged):
-            return  # the marker after the per-instance purges (WF-13)
-        inst = evolve(self.instances.get(key), rec)
+        if isinstance(rec, r.InstancesPurged) or not isinstance(rec, r.WorkflowRecord):
+            return  # the marker after the per-instance purges (WF-13); nothing else is on this log
+        inst = self.counts.fold(self.instances.get(key), rec)
         if inst is None:
             return
         if inst.purged:
@@ -127,7 +130,7 @@ class Engine:
             self.armed[key] = due
             heapq.heappush(self.due, (due, key))
 
-    def emit(self, key: str, records: list[Any]) -> "asyncio.Future[None]":
+    def emit(self, key: str, records: Sequence[r.Record]) -> "asyncio.Future[None]":
         """Fold now, commit in order; the future resolves once the transaction holding them committed."""
         outs: list[tuple[str, str, Any]] = []
         for rec in records:
@@ -303,28 +306,16 @@ class Engine:
             self.runs[key] = run
             run.start()
 
-    async def runtime(self, kind: str) -> Any:
+    async def runtime(self, kind: str) -> Runtime:
         """The one runtime process of a kind, started once however many runs ask at the same time."""
         if self.closing:
             raise RuntimeError("the workflow engine is stopping")
-        starting = self._runtimes.get(kind)
-        if starting is None:
-            starting = self._runtimes[kind] = asyncio.ensure_future(self._start_runtime(kind))
-        return await asyncio.shield(starting)
-
-    @staticmethod
-    async def _start_runtime(kind: str) -> Any:
-        from sumi.runtime import JsRuntime, PyRuntime
-
-        rt = JsRuntime() if kind == "javascript" else PyRuntime()
-        await rt.start()
-        return rt
+        return await self.runtimes.get(kind)
 
     async def restart_runtimes(self) -> None:
         """A stop the runtime did not confirm is proven the only certain way: its process exits."""
-        starting, self._runtimes = list(self._runtimes.values()), {}
         self.spares.forget()
-        await _close_runtimes(starting)
+        await self.runtimes.restart()
 
     # ---- the scheduler ---------------------------------------------------------------------
 
@@ -388,15 +379,13 @@ class Engine:
             self._restarting = asyncio.ensure_future(self.restart_runtimes())
 
     def _observe(self) -> None:
-        """WF-9: instance counts per status, reported to the control plane when they change."""
-        counts: dict[str, dict[str, int]] = {}
-        for inst in self.instances.values():
-            per = counts.setdefault(inst.workflow_uid, dict.fromkeys(STATUSES, 0))
-            per[inst.status] += 1
+        """WF-9: instance counts per status, reported to the control plane when they change.
+
+        The fold keeps the counts (`Counts`): this compares one small dict per Workflow."""
         for wf in self.control.workflows():
             if wf.state == "deleting":
                 continue
-            per = counts.get(wf.uid, dict.fromkeys(STATUSES, 0))
+            per = self.counts.of(wf.uid)
             if self.observed.get(wf.uid) != per:
                 self.observed[wf.uid] = per
                 observe = ResourceObserve(uid=wf.uid, observed={"instanceCounts": per})
@@ -496,20 +485,7 @@ class Engine:
                 for task in pending:
                     task.cancel()  # e.g. one still starting its runtime process
                 await asyncio.gather(*pending, return_exceptions=True)
-            await _close_runtimes(list(self._runtimes.values()))
-
-
-STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
-
-
-async def _close_runtimes(starting: list["asyncio.Future[Any]"]) -> None:
-    """Close every runtime (each returns once its process has exited); one still starting is awaited first."""
-    for fut in starting:
-        try:
-            rt = await fut
-        except BaseException:  # never started: nothing runs
-            continue
-        await rt.close()
+            await self.runtimes.close()
 
 
 async def serve(settings: Settings) -> None:

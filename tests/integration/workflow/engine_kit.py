@@ -164,10 +164,10 @@ class Bench:
         command_id = await self.submit(cmd)
         return await until(lambda: self.log.decision(command_id), timeout)
 
-    async def create(self, iid: str, params: Any = None) -> r.CommandDecided:
+    async def create(self, iid: str, params: Any = c.UNSET) -> r.CommandDecided:
         return await self.decided(c.CreateInstance(self.workflow_uid, iid, params))
 
-    async def event(self, iid: str, type_: str, payload: Any = None) -> r.CommandDecided:
+    async def event(self, iid: str, type_: str, payload: Any = c.UNSET) -> r.CommandDecided:
         return await self.decided(c.SendEvent(self.workflow_uid, iid, type_, payload))
 
     async def status(self, iid: str, *wanted: str, timeout: float = 60) -> str:

@@ -174,6 +174,7 @@ async def test_a_queue_handler_starts_instances_through_its_binding(kafka_bootst
     # WF-18, WF-23 from a queue handler: the queue engine submits commands, the workflow engine decides
     from sumi.control.forms.names import QUEUE_CONSUMER
     from sumi.queue.engine import Engine as QueueEngine
+    from sumi.workflow.client import WorkflowClient
 
     settings = new(kafka_bootstrap, database_url)
     async with engine_bench(settings) as (b, _):
@@ -188,7 +189,7 @@ async def test_a_queue_handler_starts_instances_through_its_binding(kafka_bootst
             "retryDelaySeconds": 0,
         }
         await b.resource(f"res_c{uuid.uuid4().hex[:8]}", QUEUE_CONSUMER, consumer_spec)
-        queue_engine = QueueEngine(settings)
+        queue_engine = QueueEngine(settings, WorkflowClient(settings))
         task = asyncio.create_task(queue_engine.run())
         try:
             now = int(time.time() * 1000)

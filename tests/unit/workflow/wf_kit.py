@@ -7,8 +7,8 @@ from typing import Any
 
 from sumi.core import records as r
 from sumi.workflow import _decide as d
-from sumi.workflow._state import Instance, evolve
-from sumi.workflow.commands import CreateInstance, SendEvent, TerminateInstance
+from sumi.workflow._state import Instance, LogRecord, evolve
+from sumi.workflow.commands import UNSET, CreateInstance, SendEvent, TerminateInstance
 
 T0 = 1_700_000_000_000
 WF = d.WorkflowView(exists=True, space="demo", ready=True)
@@ -36,7 +36,7 @@ class Sim:
             self.fold(decision.after_stop)
         return decision
 
-    def fold(self, records: list[Any]) -> None:
+    def fold(self, records: list[LogRecord]) -> None:
         for rec in records:
             self.log.append(rec)
             self.inst = evolve(self.inst, rec)
@@ -49,13 +49,13 @@ class Sim:
 
     # ---- inputs ---------------------------------------------------------------------------
 
-    def create(self, iid: str = "i1", params: Any = None, wf: d.WorkflowView = WF) -> r.CommandDecided:
+    def create(self, iid: str = "i1", params: Any = UNSET, wf: d.WorkflowView = WF) -> r.CommandDecided:
         dec = self.apply(
             d.create(self.inst, CreateInstance("wf_1", iid, params), wf, caller("instance.create"), self.now)
         )
         return _answer(dec)
 
-    def event(self, type_: str, payload: Any = None) -> r.CommandDecided:
+    def event(self, type_: str, payload: Any = UNSET) -> r.CommandDecided:
         cmd = SendEvent("wf_1", "i1", type_, payload)
         return _answer(self.apply(d.event(self.inst, cmd, caller("instance.event"), self.now, self.limits, self.alive)))
 

@@ -1,7 +1,8 @@
-"""Group commit: every record the engine decides goes out in one Kafka transaction.
+"""Group commit: every record an engine decides goes out in one Kafka transaction (the queue and
+workflow engines each keep one outbox; it lives here so neither engine package imports the other).
 
 Decisions put records here (already folded into the engine's state, since the
-engine is the single writer of its queues' logs) and get a future that resolves
+engine is the single writer of its logs) and get a future that resolves
 once the transaction holding them has committed. Records leave in the order
 they were put, so the log's order is the order of the decisions. A failed
 transaction fails every waiter and ends the process: state is then rebuilt from

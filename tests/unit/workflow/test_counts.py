@@ -1,0 +1,73 @@
+"""The per-status instance counts the fold keeps (WF-9) equal a full recount after any sequence of records."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sumi.control.forms.durable_workflow import STATUSES
+from sumi.core import records as r
+from sumi.workflow._state import Counts, Instance, LogRecord
+
+WORKFLOWS = ("wf_a", "wf_b")
+IDS = ("i1", "i2", "i3")
+
+
+def _record(kind: str, wf: str, iid: str, status: str, at: int) -> LogRecord:
+    if kind == "create":
+        return r.InstanceCreated(wf, iid, "demo", at)
+    if kind == "status":
+        return r.InstanceStatusChanged(wf, iid, status, at)
+    if kind == "purge":
+        return r.InstancePurged(wf, iid, at)
+    if kind == "started":
+        return r.InstanceContextStarted(wf, iid, "tok", "ver", 1, at)
+    return r.CommandDecided("c", "demo", "alice", "instance.create", True, 201, at)
+
+
+records = st.lists(
+    st.builds(
+        _record,
+        st.sampled_from(["create", "create", "status", "status", "status", "purge", "started", "decided"]),
+        st.sampled_from(WORKFLOWS),
+        st.sampled_from(IDS),
+        st.sampled_from(STATUSES),
+        st.integers(0, 10**6),
+    ),
+    max_size=60,
+)
+
+
+def _recount(instances: dict[str, Instance], wf: str) -> dict[str, int]:
+    counts = dict.fromkeys(STATUSES, 0)
+    for inst in instances.values():
+        if inst.workflow_uid == wf and not inst.purged:
+            counts[inst.status] += 1
+    return counts
+
+
+@given(log=records, drop_purged=st.booleans())
+def test_the_kept_counts_equal_a_full_recount(log: list[LogRecord], drop_purged: bool) -> None:  # WF-9, WF-21
+    counts, instances = Counts(), {}
+    for rec in log:
+        if isinstance(rec, r.CommandDecided):
+            key = "-"  # an answer on a key of its own: it counts nothing
+        else:
+            key = f"{rec.workflowUid}/{rec.instanceId}" if not isinstance(rec, r.InstancesPurged) else rec.workflowUid
+        inst = counts.fold(instances.get(key), rec)
+        if inst is not None and inst.purged and drop_purged:
+            instances.pop(key, None)  # as the engine does
+        elif inst is not None:
+            instances[key] = inst
+        for wf in WORKFLOWS:
+            assert counts.of(wf) == _recount(instances, wf)
+    assert set(counts.per) == {i.workflow_uid for i in instances.values() if not i.purged}  # nothing left over
+
+
+def test_a_purge_and_a_re_create_move_the_counts() -> None:  # WF-9, WF-19, WF-47
+    counts = Counts()
+    inst = counts.fold(None, r.InstanceCreated("wf", "i", "demo", 1))
+    inst = counts.fold(inst, r.InstanceStatusChanged("wf", "i", "complete", 2))
+    assert counts.of("wf")["complete"] == 1 and counts.of("wf")["queued"] == 0
+    inst = counts.fold(inst, r.InstancePurged("wf", "i", 3))
+    assert counts.of("wf") == dict.fromkeys(STATUSES, 0) and counts.per == {}
+    counts.fold(inst, r.InstanceCreated("wf", "i", "demo", 4))  # a purged ID may be used again
+    assert counts.of("wf")["queued"] == 1
