@@ -140,3 +140,15 @@ async def test_a_thread_holds_a_bounded_number_of_contexts(rt: JsRuntime) -> Non
     ctxs = [await rt.start_context(js(js_queue(FOREVER)), "worker.js", share=key) for _ in range(40)]
     assert await threads(rt, key) == 2  # 32 per thread
     await asyncio.gather(*(c.stop() for c in ctxs))
+
+
+async def test_a_thread_outlives_its_last_context_for_the_next_one(rt: JsRuntime) -> None:
+    key = share()
+    code = js("let n = 0;\n" + js_queue("n += 1; await batch.retryAll(n);"))
+    for _ in range(3):  # one after another, as at concurrency 1
+        ctx = await rt.start_context(code, "worker.js", share=key)
+        host = Host()
+        assert (await ctx.invoke_queue(batch(), ENV, host)).ok
+        assert host.calls == [("batch.retryAll", {"batchId": "batch-1", "delaySeconds": 1})]  # WF-32
+        await ctx.stop()
+        assert await threads(rt, key) == 1

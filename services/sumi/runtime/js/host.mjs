@@ -229,7 +229,7 @@ class Context {
     if (this.stopReason) return;
     this.decided(reason, error);
     const limit = reason === 'cpu_limit' || reason === 'heap_limit';
-    if (this.cell.capacity === 1 || this.cell.contexts.size === 1 || (limit && this.cell.running(this.slot))) {
+    if (this.cell.capacity === 1 || (limit && this.cell.running(this.slot))) {
       this.cell.end(this, reason, error);
       return;
     }
