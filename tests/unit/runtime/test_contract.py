@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from runtime_testkit import ENV, Host, batch, js, js_queue, py, py_queue
 
 from sumi.runtime import ExecutionContext, InvokeResult, JsRuntime, Limits, LoadInfo, Module, PyRuntime
 from sumi.runtime.types import DEFAULT_LIMITS
+from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue, py, py_queue
 
 
 @dataclass

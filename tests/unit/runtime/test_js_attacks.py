@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from runtime_testkit import ENV, Host, batch, js, js_queue
 
 from sumi.runtime import InvokeResult, JsRuntime, Limits
+from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue
 
 
 def handler(body: str) -> str:

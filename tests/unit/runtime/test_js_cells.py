@@ -9,9 +9,9 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from runtime_testkit import ENV, Host, batch, js, js_queue
 
 from sumi.runtime import JsRuntime, Limits
+from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue
 
 SMALL = Limits(cpu_ms=500, heap_mb=32)
 TIGHT_HEAP = Limits(cpu_ms=30_000, heap_mb=32)  # a loaded machine must not turn the heap test into a CPU one

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import rfc8785
-from runtime_testkit import check_documents
+
+from tests.unit.runtime.runtime_testkit import check_documents
 
 MIB = 1_048_576
 

@@ -8,9 +8,9 @@ import signal
 from collections.abc import AsyncIterator
 
 import pytest
-from runtime_testkit import ENV, Host, batch, js, js_queue
 
 from sumi.runtime import JsRuntime, Limits
+from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue
 
 SMALL = Limits(cpu_ms=500, heap_mb=32)
 COUNTER = "let n = 0;\n" + js_queue("n += 1; await batch.retryAll(n);")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from runtime_testkit import ENV, Host, batch, js, js_queue
 
 from sumi.runtime import JsRuntime, Limits
+from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,9 @@
 """A queue context serves invocation after invocation (the engine's warm pool relies on it),
 and a context stopped by a limit says so, so the pool never hands it out again."""
 
-from runtime_testkit import ENV, Host, batch, js, js_queue
-
 from sumi.queue._contexts import ContextPool
 from sumi.runtime import JsRuntime, Limits
+from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue
 
 
 async def test_a_js_context_serves_batch_after_batch_until_a_limit_stops_it() -> None:

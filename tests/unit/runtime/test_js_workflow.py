@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from workflow_testkit import REJECT, StepHost, Workflows, done, failed, invocation, js_run
 
 from sumi.runtime import JsRuntime
+from tests.unit.runtime.workflow_testkit import REJECT, StepHost, Workflows, done, failed, invocation, js_run
 
 
 @pytest.fixture(scope="module")

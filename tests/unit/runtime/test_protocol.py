@@ -8,10 +8,10 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
-from runtime_testkit import ENV, Host, batch, js, js_queue, py, py_queue
 
 from sumi.runtime import JsRuntime, Limits, PyRuntime
 from sumi.runtime._protocol import Invocation, ProtocolError, Refused, check_host_call, check_log, check_reply
+from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue, py, py_queue
 
 INV = {1: Invocation("batch-1", frozenset({"OUT"}))}
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from runtime_testkit import ENV, Host, batch, py, py_queue
 
 from sumi.runtime import HostError, Limits, PyRuntime
 from sumi.runtime.types import DEFAULT_LIMITS
+from tests.unit.runtime.runtime_testkit import ENV, Host, batch, py, py_queue
 
 
 @pytest.fixture(scope="module")

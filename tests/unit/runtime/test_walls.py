@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from runtime_testkit import ENV, Host, batch, py, py_queue
 
 from sumi.runtime import JsRuntime, Limits, PyRuntime, RuntimeUnavailable, _walls
+from tests.unit.runtime.runtime_testkit import ENV, Host, batch, py, py_queue
 
 SECRET = "postgresql://postgres:hunter2@127.0.0.1:5432/postgres"
 HAVE = _walls.available()

@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from runtime_testkit import batch, js_queue, py_queue
-from workflow_testkit import (
+
+from sumi.runtime import EnvSpec, HostError, Limits, WorkflowInvocation
+from tests.unit.runtime.runtime_testkit import batch, js_queue, py_queue
+from tests.unit.runtime.workflow_testkit import (
     REJECT,
     RESOLVE,
     SUSPEND,
@@ -24,8 +26,6 @@ from workflow_testkit import (
     slow,
     wf,
 )
-
-from sumi.runtime import EnvSpec, HostError, Limits, WorkflowInvocation
 
 __all__ = ["wf"]  # the fixture, parametrized over javascript and python
 
