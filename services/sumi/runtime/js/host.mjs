@@ -58,7 +58,6 @@ class Cell {
     this.contexts = new Map(); // id -> Context
     this.placed = 0;
     this.ended = false;
-    this.endReason = null; // {culprit, reason} once the thread is being ended
     this.idleTimer = null;
     this.meterBuffer = new SharedArrayBuffer(8 * (2 + CELL_PLACEMENTS));
     this.meter = new Float64Array(this.meterBuffer);
