@@ -30,7 +30,8 @@ from sumi.core import records as r
 from sumi.core.commands import OperationReport, submitted
 from sumi.core.config import Settings
 from sumi.core.problems import FieldError, Problem
-from sumi.runtime import JsRuntime, Limits, Module, PyRuntime
+from sumi.engines.runtimes import Runtimes
+from sumi.runtime import Limits, Module
 from sumi.runtime.types import LoadInfo
 
 log = logging.getLogger("sumi.verifier")
@@ -44,7 +45,7 @@ class Verifier:
         self.settings = settings
         self.control = ControlState()
         self.act_from: dict[TopicPartition, int] = {}
-        self._runtimes: dict[str, Any] = {}
+        self.runtimes = Runtimes()
 
     # ---- the fold -----------------------------------------------------------------------
 
@@ -58,17 +59,11 @@ class Verifier:
 
     # ---- verification -------------------------------------------------------------------
 
-    def runtime(self, name: str) -> Any:
-        """One runtime per kind for this service, started on first use."""
-        if name not in self._runtimes:
-            self._runtimes[name] = PyRuntime() if name == "python" else JsRuntime()
-        return self._runtimes[name]
-
     async def load(self, runtime: str, modules: list[Module], main: str) -> LoadInfo:
         async def attempt() -> LoadInfo:
-            ctx = await self.runtime(runtime).start_context(modules, main, VERIFY_LIMITS)
+            ctx = await (await self.runtimes.get(runtime)).start_context(modules, main, VERIFY_LIMITS)
             try:
-                return await ctx.load_info()  # type: ignore[no-any-return]
+                return await ctx.load_info()
             finally:
                 await ctx.stop()
 
@@ -82,12 +77,10 @@ class Verifier:
                 return LoadInfo(load_error=str(exc))
             except Exception as exc:  # the runtime process itself failed: once more, fresh
                 log.warning("verification attempt %d failed: %r", tries, exc)
-                old = self._runtimes.pop(runtime, None)
-                if old is not None:
-                    try:
-                        await old.close()
-                    except Exception:
-                        pass
+                try:
+                    await self.runtimes.restart()
+                except Exception:
+                    log.exception("closing the failed runtimes")
                 last = exc
         return LoadInfo(load_error=f"the {runtime} runtime is unavailable: {last}")
 
@@ -137,12 +130,10 @@ class Verifier:
         )
 
     async def close(self) -> None:
-        for rt in self._runtimes.values():
-            try:
-                await rt.close()
-            except Exception:
-                pass
-        self._runtimes.clear()
+        try:
+            await self.runtimes.close()
+        except Exception:
+            log.exception("closing the runtimes")
 
     # ---- the loop -----------------------------------------------------------------------
 
