@@ -77,6 +77,7 @@ class Engine:
         self.settings = settings
         self.limits = limits or limits_from_env()
         self.instances: dict[str, Instance] = {}
+        self.keys_of: dict[str, set[str]] = {}  # workflow UID -> its instances' keys (a delete purges them)
         self.counts = Counts()  # per Workflow and status, kept by the fold (WF-9)
         self.runs: dict[str, ContextRun] = {}
         self.control = WorkflowControl()
@@ -123,8 +124,14 @@ class Engine:
         if inst.purged:
             self.instances.pop(key, None)
             self.armed.pop(key, None)
+            keys = self.keys_of.get(inst.workflow_uid)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self.keys_of[inst.workflow_uid]
             return
         self.instances[key] = inst
+        self.keys_of.setdefault(inst.workflow_uid, set()).add(key)
         due = d.next_due(inst, self.limits)
         if due is not None and self.armed.get(key) != due:  # one heap entry per due time, not per record
             self.armed[key] = due
@@ -348,7 +355,7 @@ class Engine:
             op = self.control.deleting(wf.uid) if wf.state == "deleting" else None
             if op is None or op in self.reported:
                 continue
-            keys = [k for k, inst in self.instances.items() if inst.workflow_uid == wf.uid]
+            keys = sorted(self.keys_of.get(wf.uid, ()))
             live = [k for k in keys if k in self.runs]
             for k in live:
                 self.runs[k].stop()
