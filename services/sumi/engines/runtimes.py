@@ -1,8 +1,14 @@
-"""One worker runtime per kind (javascript, python) for an engine: started once, restarted on demand.
+"""One worker runtime per kind (javascript, python) and Space for an engine: started once,
+restarted on demand, closed when idle.
 
-Runs that start at the same moment ask for the runtime of their kind together; the
-first ask starts it and every ask awaits that same start (one shared future per
-kind), so no second runtime process is ever started beside the first. A start that
+Each Space gets runtimes of its own, so the JavaScript contexts of two Spaces never share
+a process: code that escaped its `vm` and its thread still sits behind the process's OS
+walls, alone with its own Space's contexts (docs/security.md). A runtime with no context
+left, unused for `idle_s`, is closed at a later ask.
+
+Runs that start at the same moment ask for the runtime of their kind and Space together;
+the first ask starts it and every ask awaits that same start (one shared future per
+kind and Space), so no second runtime process is ever started beside the first. A start that
 failed is tried again at the next ask. `restart` drops the runtimes (the next ask
 starts fresh ones) and closes the old ones, a starting one once it has started: a
 stop the runtime did not confirm is proven the only certain way, by its process
@@ -10,10 +16,15 @@ exiting (QC-42, WF-14). `close` does the same at shutdown and refuses later asks
 """
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 
 from sumi.runtime import JsRuntime, PyRuntime
 from sumi.runtime.types import Runtime
+
+log = logging.getLogger("sumi.runtime")
+IDLE_S = 300.0
 
 
 async def start_runtime(kind: str) -> Runtime:
@@ -23,24 +34,54 @@ async def start_runtime(kind: str) -> Runtime:
 
 
 class Runtimes:
-    def __init__(self, start: Callable[[str], Awaitable[Runtime]] = start_runtime) -> None:
+    def __init__(self, start: Callable[[str], Awaitable[Runtime]] = start_runtime, idle_s: float = IDLE_S) -> None:
         self._start = start
-        self._runtimes: dict[str, asyncio.Future[Runtime]] = {}  # kind -> its (starting) runtime
+        self.idle_s = idle_s
+        self._runtimes: dict[tuple[str, str], asyncio.Future[Runtime]] = {}  # (kind, Space) -> its (starting) runtime
+        self._used: dict[tuple[str, str], float] = {}
+        self._closing: set[asyncio.Task[None]] = set()
         self.closed = False
 
-    async def get(self, kind: str) -> Runtime:
-        """The runtime of a kind, started once however many ask at the same time."""
+    async def get(self, kind: str, space: str = "") -> Runtime:
+        """The runtime of a kind for a Space, started once however many ask at the same time."""
         if self.closed:
             raise RuntimeError("the runtimes are closed")
-        starting = self._runtimes.get(kind)
+        key = (kind, space)
+        starting = self._runtimes.get(key)
         if starting is None or _failed(starting):
-            starting = self._runtimes[kind] = asyncio.ensure_future(self._start(kind))
+            starting = self._runtimes[key] = asyncio.ensure_future(self._start(kind))
+        now = asyncio.get_running_loop().time()
+        self._used[key] = now
+        self._reap(now)
         # shielded: one asker cancelled (its run stopped) does not cancel the start the others await
         return await asyncio.shield(starting)
+
+    def _reap(self, now: float) -> None:
+        """Close the runtimes that hold no context and were not asked for in `idle_s`."""
+        for key, fut in list(self._runtimes.items()):
+            if now - self._used.get(key, now) < self.idle_s or not fut.done() or _failed(fut):
+                continue
+            rt = fut.result()
+            if not rt.idle():
+                continue
+            del self._runtimes[key]
+            self._used.pop(key, None)
+            task = asyncio.ensure_future(self._close_one(key, rt))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close_one(key: tuple[str, str], rt: Runtime) -> None:
+        with contextlib.suppress(Exception):
+            await rt.close()
+        log.info("closed the idle %s runtime of space %s", *key)
 
     async def restart(self) -> None:
         """Close every runtime (each returns once its process has exited); the next ask starts anew."""
         starting, self._runtimes = list(self._runtimes.values()), {}
+        self._used.clear()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         for fut in starting:
             try:
                 rt = await fut

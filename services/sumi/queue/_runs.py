@@ -134,7 +134,7 @@ class BatchRun:
 
     async def _start_ctx(self, code: Code) -> None:
         """A fresh context, started while the BatchDelivered commits."""
-        rt = await self.engine.runtime(code.runtime)
+        rt = await self.engine.runtime(code.runtime, code.space)
         starting = asyncio.ensure_future(
             rt.start_context([Module(n, c) for n, c in code.modules], code.main_module, host_call=self.host_call)
         )

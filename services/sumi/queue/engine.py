@@ -117,9 +117,9 @@ class Engine:
             return False
         return any(v == key[1] for v, _ in self.control.allocation(c.worker))
 
-    async def runtime(self, kind: str) -> Runtime:
-        """The one runtime process of a kind, started once however many batches ask at the same time."""
-        return await self.runtimes.get(kind)
+    async def runtime(self, kind: str, space: str = "") -> Runtime:
+        """The one runtime of a kind for a Space, started once however many batches ask at the same time."""
+        return await self.runtimes.get(kind, space)
 
     # ---- the scheduler -----------------------------------------------------------------------
 

@@ -232,6 +232,9 @@ class JsRuntime:
             raise RuntimeUnavailable(f"context did not start: {reply}")
         return ctx
 
+    def idle(self) -> bool:
+        return self._channel is None or not self._channel.contexts
+
     async def close(self) -> None:
         self._closed = True
         if self._channel is not None:

@@ -244,6 +244,9 @@ class PyRuntime:
             await ctx.stop()
         return ctx
 
+    def idle(self) -> bool:
+        return not self._contexts
+
     async def close(self) -> None:
         contexts, self._contexts = self._contexts, set()
         await asyncio.gather(*(ctx.stop() for ctx in contexts))

@@ -59,9 +59,9 @@ class Verifier:
 
     # ---- verification -------------------------------------------------------------------
 
-    async def load(self, runtime: str, modules: list[Module], main: str) -> LoadInfo:
+    async def load(self, runtime: str, modules: list[Module], main: str, space: str = "") -> LoadInfo:
         async def attempt() -> LoadInfo:
-            ctx = await (await self.runtimes.get(runtime)).start_context(modules, main, VERIFY_LIMITS)
+            ctx = await (await self.runtimes.get(runtime, space)).start_context(modules, main, VERIFY_LIMITS)
             try:
                 return await ctx.load_info()
             finally:
@@ -95,7 +95,8 @@ class Verifier:
                 operation_id=op, outcome="failed", observed={"verified": False}, error=problem.to_json()
             )
         modules = [Module(m["name"], m["content"]) for m in spec["modules"]]
-        info = await self.load(str(worker.spec.get("runtime", "javascript")), modules, spec["mainModule"])
+        runtime = str(worker.spec.get("runtime", "javascript"))
+        info = await self.load(runtime, modules, spec["mainModule"], record.space)
         if info.load_error is not None:
             problem = Problem(
                 "invalid_spec",

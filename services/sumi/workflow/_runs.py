@@ -110,7 +110,7 @@ class ContextRun:
             self.ctx = spare
             await committed
             return
-        rt = await self.engine.runtime(code.runtime)
+        rt = await self.engine.runtime(code.runtime, code.space)
         starting = asyncio.ensure_future(
             rt.start_context(
                 [Module(n, c) for n, c in code.modules],

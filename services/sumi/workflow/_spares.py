@@ -52,7 +52,7 @@ class Spares:
 
     async def _start(self, code: VersionView) -> None:
         try:
-            rt = await self.engine.runtime(code.runtime)
+            rt = await self.engine.runtime(code.runtime, code.space)
             ctx = await rt.start_context([Module(n, c) for n, c in code.modules], code.main_module, share=code.uid)
         except Exception as exc:  # no spare then: executions start their own
             log.warning("starting a spare context of %s: %r", code.uid, exc)

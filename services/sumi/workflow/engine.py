@@ -313,11 +313,11 @@ class Engine:
             self.runs[key] = run
             run.start()
 
-    async def runtime(self, kind: str) -> Runtime:
-        """The one runtime process of a kind, started once however many runs ask at the same time."""
+    async def runtime(self, kind: str, space: str = "") -> Runtime:
+        """The one runtime of a kind for a Space, started once however many runs ask at the same time."""
         if self.closing:
             raise RuntimeError("the workflow engine is stopping")
-        return await self.runtimes.get(kind)
+        return await self.runtimes.get(kind, space)
 
     async def restart_runtimes(self) -> None:
         """A stop the runtime did not confirm is proven the only certain way: its process exits."""

@@ -1,4 +1,4 @@
-"""One runtime per kind for an engine: started once however many ask at the same time, restarted on demand.
+"""One runtime per kind and Space for an engine: started once however many ask at the same time, restarted on demand.
 
 A stand-in runtime counts starts and closes (no process: the pool is what is under test)."""
 
@@ -11,12 +11,16 @@ import pytest
 from sumi.core.config import Settings
 from sumi.engines.runtimes import Runtimes
 from sumi.queue.engine import Engine as QueueEngine
+from sumi.runtime import Module
 from sumi.runtime.types import Runtime
 
 
 class Counted:
     def __init__(self, kind: str) -> None:
-        self.kind, self.closed = kind, False
+        self.kind, self.closed, self.busy = kind, False, False
+
+    def idle(self) -> bool:
+        return not self.busy
 
     async def start(self) -> None:
         return None
@@ -103,3 +107,40 @@ async def test_the_queue_engine_starts_one_runtime_when_two_batches_start_at_onc
     engine.runtimes = Runtimes(starts)
     a, b = await asyncio.gather(engine.runtime("javascript"), engine.runtime("javascript"))
     assert a is b and len(starts.started) == 1
+
+
+async def test_each_space_has_runtimes_of_its_own() -> None:
+    starts = Starts()
+    pool = Runtimes(starts)
+    a, b, a_again = await asyncio.gather(
+        pool.get("javascript", "space-a"), pool.get("javascript", "space-b"), pool.get("javascript", "space-a")
+    )
+    assert a is a_again and a is not b and len(starts.started) == 2
+
+
+async def test_an_idle_runtime_is_closed_and_a_busy_one_kept() -> None:
+    pool = Runtimes(Starts(), idle_s=0.05)
+    idle, busy = await pool.get("javascript", "quiet"), await pool.get("javascript", "busy")
+    busy.busy = True  # type: ignore[attr-defined]
+    await asyncio.sleep(0.1)
+    await pool.get("javascript", "another")  # an ask is when idle runtimes are looked at
+    await asyncio.sleep(0)
+    assert idle.closed and not busy.closed  # type: ignore[attr-defined]
+    assert await pool.get("javascript", "busy") is busy
+    assert await pool.get("javascript", "quiet") is not idle  # asked again: started anew
+
+
+async def test_two_spaces_never_share_a_javascript_process() -> None:
+    pool = Runtimes()  # the real runtimes
+    try:
+        a, b = await pool.get("javascript", "space-a"), await pool.get("javascript", "space-b")
+        ctx_a = await a.start_context([Module("worker.js", "export default {};")], "worker.js")
+        ctx_b = await b.start_context([Module("worker.js", "export default {};")], "worker.js")
+        assert a.pid is not None and b.pid is not None  # type: ignore[attr-defined]
+        assert a.pid != b.pid  # type: ignore[attr-defined]
+        assert not a.idle() and not b.idle()
+        await ctx_a.stop()
+        await ctx_b.stop()
+        assert a.idle() and b.idle()
+    finally:
+        await pool.close()
