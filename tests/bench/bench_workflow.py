@@ -192,7 +192,7 @@ async def engine_ceiling(kafka: str, db: str) -> list[dict[str, Any]]:
     from sumi.workflow.engine import Engine
 
     class StubEngine(Engine):
-        async def runtime(self, kind: str) -> Any:
+        async def runtime(self, kind: str, space: str = "") -> Any:
             return _StubRuntime()
 
     settings = new_settings(kafka, db)

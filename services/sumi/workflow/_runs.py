@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sumi.workflow")
 LIMIT_STOPS = ("cpu_limit", "heap_limit", "wall_limit")
+RUNTIME_FAILED = "runtime_failed"  # the runtime could not start or serve the context
 
 
 def invocation(inst: Instance, class_name: str) -> WorkflowInvocation:
@@ -74,7 +75,7 @@ class ContextRun:
             outcome = await self._execute()
         except Exception as exc:  # the runtime failed: the context is gone, a new one replays
             log.warning("instance %s: %r", self.key, exc)
-            outcome = WorkflowOutcome("stopped", reason="runtime_failed", message=repr(exc))
+            outcome = WorkflowOutcome("stopped", reason=RUNTIME_FAILED, message=repr(exc))
         try:
             await self._stop_ctx()
             await self.engine.ended(self, outcome)

@@ -50,12 +50,13 @@ from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow._bindings import Bindings
 from sumi.workflow._control import WorkflowControl
-from sumi.workflow._runs import LIMIT_STOPS, ContextRun
+from sumi.workflow._runs import LIMIT_STOPS, RUNTIME_FAILED, ContextRun
 from sumi.workflow._spares import Spares
 from sumi.workflow._state import Counts, Instance
 
 log = logging.getLogger("sumi.workflow")
 MAX_RUNS = 128  # live contexts at once; more runnable instances wait their turn
+RETRY_FIRST_MS, RETRY_MAX_MS = 100, 30_000  # after the runtime failed an instance
 OBSERVE_MS = 1000
 # A delete whose contexts have not all confirmed their stop by then takes the stop as unproven
 # (WF-14): it reports the same Operation `reconciling` and proves the stop by the runtimes' exit.
@@ -89,6 +90,10 @@ class Engine:
         self.runnable: set[str] = set()
         self.blocked: set[str] = set()  # runnable, but no usable Version right now
         self.solo: set[str] = set()  # evicted from a shared worker thread: the next context runs alone
+        # Instances whose runtime failed them (it did not start, or died under them): retried after a
+        # delay that doubles with each failure in a row, so a broken runtime is not a busy loop.
+        self.failures: dict[str, int] = {}
+        self.retries: list[tuple[int, str]] = []
         self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance]]] = {}
         self.deferred: dict[str, list[tuple[d.Caller, c.WorkflowCommand]]] = {}
         self.wake_recheck = asyncio.Event()
@@ -276,8 +281,13 @@ class Engine:
             self.held.pop(caller.command_id, None)
             futures.append(self.apply(key, self.decide(key, cmd, caller, now)))
         inst = self.instances.get(key)
-        if inst is not None and d.needs_context(inst, now):
-            self.runnable.add(key)
+        if outcome.reason == RUNTIME_FAILED:
+            failures = self.failures[key] = self.failures.get(key, 0) + 1
+            heapq.heappush(self.retries, (now + min(RETRY_FIRST_MS << (failures - 1), RETRY_MAX_MS), key))
+        else:
+            self.failures.pop(key, None)
+            if inst is not None and d.needs_context(inst, now):
+                self.runnable.add(key)
         self.wake.set()
         for fut in futures:
             await fut
@@ -292,6 +302,8 @@ class Engine:
                 return d.outcome(inst, "errored", now, reason="run_threw", message=f"{outcome.reason}")
             if outcome.reason == "evicted":
                 self.solo.add(run.key)
+            if outcome.reason == RUNTIME_FAILED:
+                return d.Decision()  # a new context replays, after a delay (`ended`)
             return d.Decision(runnable=True)  # the context went away: a new one replays
         return d.outcome(inst, outcome.kind, now, outcome.output, outcome.reason, outcome.message)
 
@@ -341,13 +353,15 @@ class Engine:
             if decision.stop and key in self.runs:
                 self.runs[key].stop(decision.after_stop)
             self.apply(key, decision)
+        while self.retries and self.retries[0][0] <= now:
+            self.runnable.add(heapq.heappop(self.retries)[1])
         self._deletes()
         if now - self._last_observe >= OBSERVE_MS:
             self._last_observe = now
             self._observe()
             self.spares.retire({v for wf in self.control.workflows() for v, _ in self.control.allocation(wf)})
         self._start_runs(now)
-        return self.due[0][0] if self.due else None
+        return min((heap[0][0] for heap in (self.due, self.retries) if heap), default=None)
 
     def _deletes(self) -> None:
         """WF-13, WF-14: intake closed, contexts stopped, then every instance purged and the delete reported."""

@@ -5,6 +5,7 @@ import contextlib
 import json
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,7 @@ from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
+from sumi.workflow.engine import Engine
 from tests.hostkit import new_settings
 from tests.integration.workflow.engine_kit import SPACE, engine_bench, reader, until
 
@@ -205,3 +207,30 @@ async def test_a_queue_handler_starts_instances_through_its_binding(kafka_bootst
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+async def test_a_runtime_that_fails_is_retried_with_a_growing_delay_not_in_a_loop(
+    kafka_bootstrap: str, database_url: str
+) -> None:
+    # WF-41: the instance replays in a new context once the runtime serves again; meanwhile its
+    # retries back off (100 ms, doubling), so a broken runtime costs neither a busy loop nor a flood
+    # of context records.
+    class Broken(Engine):
+        broken = True
+
+        async def runtime(self, kind: str, space: str = "") -> Any:
+            if self.broken:
+                raise RuntimeError("the runtime process did not start")
+            return await super().runtime(kind, space)
+
+    settings = new_settings(kafka_bootstrap, database_url)
+    async with engine_bench(settings, engine_cls=Broken) as (b, engine):
+        await b.deploy(ONE)
+        iid = f"i-{uuid.uuid4().hex[:6]}"
+        assert (await b.create(iid)).accepted
+        await asyncio.sleep(2.0)
+        tries = len(b.log.of(iid, r.InstanceContextStarted))
+        assert 2 <= tries <= 6, tries  # 0, 0.1, 0.3, 0.7, 1.5 s: five at most in 2 s
+        assert b.log.status(iid) == "running"
+        engine.broken = False  # type: ignore[attr-defined]
+        assert await b.status(iid, "complete", "errored", timeout=60) == "complete"
