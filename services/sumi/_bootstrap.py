@@ -45,8 +45,8 @@ async def issue_admin_token(settings: Settings, token: str, timeout: float = 60.
             return
         command_id = ids.new_ulid()
         producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True)
-        await producer.start()
         try:
+            await producer.start()
             cmd = submitted(
                 TokenCreate(principal="admin", admin=True, token_hash=token_hash),
                 command_id=command_id,

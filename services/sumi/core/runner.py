@@ -70,9 +70,9 @@ class TransactionalRunner:
             session_timeout_ms=10000,
             heartbeat_interval_ms=2000,
         )
-        await producer.start()
-        await consumer.start()
-        try:
+        try:  # started inside: a stop signal while they start still stops them (unstopped clients log errors)
+            await producer.start()
+            await consumer.start()
             consumer.subscribe([self.input_topic], listener=_Rebuild(self))
             epoch = self.epoch
             async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
@@ -117,8 +117,8 @@ class TransactionalRunner:
         if not tps:
             return
         reader = kafka.new_consumer(self.settings)
-        await reader.start()
         try:
+            await reader.start()
             ends = await kafka.read_to_end(reader, tps, self.fold)
             log.info("%s rebuilt %d partitions up to %s", self.name, len(tps), ends)
         finally:

@@ -99,9 +99,9 @@ async def _start_producer(settings: Settings, wait: float) -> AIOKafkaProducer:
         try:
             await producer.start()
             return producer
-        except KafkaConnectionError:
+        except BaseException as exc:  # a stop while it starts included: an unstopped client logs errors
             await producer.stop()
-            if asyncio.get_running_loop().time() > deadline:
+            if not isinstance(exc, KafkaConnectionError) or asyncio.get_running_loop().time() > deadline:
                 raise
             log.warning("Kafka at %s not reachable yet; retrying", settings.kafka_bootstrap)
             await asyncio.sleep(1.0)

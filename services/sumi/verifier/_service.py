@@ -146,9 +146,9 @@ class Verifier:
         # together, and a restarted verifier fences the one it replaces.
         producer = kafka.new_producer(settings, f"{settings.topic_prefix}-verifier-0", linger_ms=1)
         consumer = kafka.new_consumer(settings, group)
-        await producer.start()
-        await consumer.start()
-        try:
+        try:  # started inside: a stop signal while they start still stops them
+            await producer.start()
+            await consumer.start()
             consumer.subscribe([settings.topic("control")], listener=_FromBeginning(self, consumer))
             async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
                 for tp, messages in batch.items():

@@ -10,6 +10,7 @@ cannot take the command: `backend_unavailable` (WF-27).
 """
 
 import asyncio
+import contextlib
 import json
 import time
 from typing import Any
@@ -38,18 +39,14 @@ class WorkflowClient:
 
     async def run(self) -> None:
         """Follow the instance log (run beside the host engine's own loops)."""
-        self.producer = kafka.new_producer(self.settings)
-        consumer = kafka.new_consumer(self.settings, fetch_max_wait_ms=100)
-        await self.producer.start()
-        await consumer.start()
-        try:
+        # The clients stop however this ends, a stop signal while they start included.
+        async with contextlib.AsyncExitStack() as stack:
+            self.producer = await kafka.started(stack, kafka.new_producer(self.settings))
+            consumer = await kafka.started(stack, kafka.new_consumer(self.settings, fetch_max_wait_ms=100))
             tps = await kafka.partitions(consumer, self.settings.topic("workflow"))
             await kafka.read_to_end(consumer, tps, self._fold)
             self.ready.set()
             await kafka.follow(consumer, self._fold)
-        finally:
-            await consumer.stop()
-            await self.producer.stop()
 
     def _fold(self, m: Any, before_end: bool = True) -> None:
         rec = kafka.decode(m.value)
