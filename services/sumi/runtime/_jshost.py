@@ -23,6 +23,7 @@ from . import _walls
 from ._channel import EXITED, Channel
 from .types import (
     DEFAULT_LIMITS,
+    STOP_REASONS,
     EnvSpec,
     HostCall,
     InvokeResult,
@@ -36,7 +37,7 @@ from .types import (
 
 JS_DIR = Path(__file__).resolve().parent / "js"
 log = logging.getLogger("sumi.runtime.js")
-_STOPPED = ("cpu_limit", "heap_limit", "wall_limit", "stopped", "evicted")
+_STOPPED = STOP_REASONS - {"threw"}  # the reasons that mean the context is gone
 
 
 def node_argv(node: str = "node", js_dir: Path = JS_DIR) -> list[str]:

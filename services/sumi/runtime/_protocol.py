@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .documents import DocumentError, canonical_document
+from .types import STOP_REASONS
 
 MAX_TEXT = 16 * 1024  # one log line, in characters; the sandbox truncates before this
 MAX_ERROR_TEXT = 4 * 1024  # an error's name or message; likewise
@@ -33,7 +34,6 @@ MAX_DELAY_SECONDS = 43_200
 MAX_SEND_MESSAGES = 10_000
 MAX_BODY_B64 = 4 * 1024 * 1024
 LOG_LEVELS = frozenset({"debug", "info", "warn", "error"})
-STOP_REASONS = frozenset({"threw", "cpu_limit", "heap_limit", "wall_limit", "stopped", "evicted"})
 WORKFLOW_REASONS = frozenset({"run_threw", "step_failed", "step_definition_mismatch"})
 MAX_NAME = 256  # step names, event types, instance IDs: Unicode scalar values (WF-34, WF-19)
 MAX_SLEEP_SECONDS = 31_536_000

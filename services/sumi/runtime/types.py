@@ -9,9 +9,10 @@ from __future__ import annotations
 import base64
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 StopReason = Literal["threw", "cpu_limit", "heap_limit", "wall_limit", "stopped", "evicted"]
+STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
 
 # async def host_call(context_id, method, args) -> value; raise HostError to reject.
 HostCall = Callable[[str, str, dict[str, Any]], Awaitable[Any]]

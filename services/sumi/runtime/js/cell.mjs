@@ -316,8 +316,9 @@ async function open(msg) {
 // rejection nobody handled) is caught here, not formatted by Node's
 // util.inspect (which calls methods of the value and hands them our objects),
 // and charged to the context entered last.
-const lastCtx = () => bySlot.get(meter[0])?.id ?? null;
-process.on('uncaughtException', () => post({ type: 'log', ctx: lastCtx(), level: 'error', text: 'uncaught exception in worker code' }));
+process.on('uncaughtException', () => {
+  post({ type: 'log', ctx: bySlot.get(meter[0])?.id ?? null, level: 'error', text: 'uncaught exception in worker code' });
+});
 process.on('unhandledRejection', (e) => {
   const ctx = bySlot.get(meter[0]);
   post({ type: 'log', ctx: ctx?.id ?? null, level: 'error', text: `unhandled rejection: ${ctx ? ctx.describe(e) : 'in worker code'}` });

@@ -135,10 +135,7 @@ class Cell {
     this.ended = true;
     cells.delete(this);
     clearTimeout(this.idleTimer);
-    for (const ctx of [...this.contexts.values()]) {
-      ctx.decided('stopped');
-      ctx.gone();
-    }
+    for (const ctx of [...this.contexts.values()]) ctx.gone(); // 'stopped', unless a reason was decided
   }
 
   // A context left the cell (dropped or gone with it).
