@@ -40,6 +40,7 @@ class Runtimes:
         self._runtimes: dict[tuple[str, str], asyncio.Future[Runtime]] = {}  # (kind, Space) -> its (starting) runtime
         self._used: dict[tuple[str, str], float] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        self._reaped = 0.0
         self.closed = False
 
     async def get(self, kind: str, space: str = "") -> Runtime:
@@ -57,7 +58,11 @@ class Runtimes:
         return await asyncio.shield(starting)
 
     def _reap(self, now: float) -> None:
-        """Close the runtimes that hold no context and were not asked for in `idle_s`."""
+        """Close the runtimes that hold no context and were not asked for in `idle_s`. Every context
+        start asks, so the runtimes are looked over at most ten times per `idle_s`, not at every ask."""
+        if now - self._reaped < self.idle_s / 10:
+            return
+        self._reaped = now
         for key, fut in list(self._runtimes.items()):
             if now - self._used.get(key, now) < self.idle_s or not fut.done() or _failed(fut):
                 continue
