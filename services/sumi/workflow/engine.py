@@ -129,6 +129,8 @@ class Engine:
         if inst.purged:
             self.instances.pop(key, None)
             self.armed.pop(key, None)
+            self.failures.pop(key, None)
+            self.solo.discard(key)
             keys = self.keys_of.get(inst.workflow_uid)
             if keys is not None:
                 keys.discard(key)
