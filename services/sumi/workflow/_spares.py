@@ -1,8 +1,9 @@
 """Fresh execution contexts started ahead of need, each used for exactly one execution.
 
-Starting a context (a worker thread with its vm context and linked modules, or a Python
-child process) costs tens of milliseconds, paid by every instance start, every wake and,
-in always-replay mode, every step. A spare is started before it is needed and handed to
+Starting a context costs 1-2 ms in a JavaScript worker thread already running for its
+Version (the runtime's cells), tens of milliseconds when a thread must start, and more for a
+Python child process; it is paid by every instance start, every wake and, in always-replay
+mode, every step. A spare is started before it is needed and handed to
 one execution only, then stopped with it: it has run nothing before (module evaluation
 is part of every context's start), so WF-32's fresh objects, closures and module state
 hold exactly as for a context started on demand. Spares are kept only for Versions that
