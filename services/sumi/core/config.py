@@ -25,6 +25,9 @@ class Settings:
     # Shared capacity divided among Spaces (sumi.engines.fair): the verifier's concurrent loads.
     verify_slots: int = 8
     verify_slots_per_space: int = 2
+    # The workflow engine's live execution contexts (a context waiting inside an effect holds one).
+    workflow_contexts: int = 256
+    workflow_contexts_per_space: int = 128
 
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
@@ -45,6 +48,8 @@ class Settings:
             "runtime_memory_mb": int(env.get("SUMI_RUNTIME_MEMORY_MB", "4096")),
             "verify_slots": int(env.get("SUMI_VERIFY_SLOTS", "8")),
             "verify_slots_per_space": int(env.get("SUMI_VERIFY_SLOTS_PER_SPACE", "2")),
+            "workflow_contexts": int(env.get("SUMI_WORKFLOW_CONTEXTS", "256")),
+            "workflow_contexts_per_space": int(env.get("SUMI_WORKFLOW_CONTEXTS_PER_SPACE", "128")),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
@@ -70,4 +75,6 @@ class Settings:
             "SUMI_RUNTIME_MEMORY_MB": str(self.runtime_memory_mb),
             "SUMI_VERIFY_SLOTS": str(self.verify_slots),
             "SUMI_VERIFY_SLOTS_PER_SPACE": str(self.verify_slots_per_space),
+            "SUMI_WORKFLOW_CONTEXTS": str(self.workflow_contexts),
+            "SUMI_WORKFLOW_CONTEXTS_PER_SPACE": str(self.workflow_contexts_per_space),
         }

@@ -4,7 +4,8 @@ A Space that asks for more than its share waits for its own slots to free, never
 another Space's; when a slot frees and several Spaces wait, the one that was served
 longest ago goes next (round robin), so a Space with a thousand waiters and one with a
 single waiter alternate. Used wherever one process serves every Space with a bounded
-resource (the verifier's loads; docs/security.md, "Spaces cannot starve each other").
+resource: the verifier's loads (`FairSlots`), the workflow engine's live contexts
+(`admit`); docs/security.md, "Spaces cannot starve each other".
 
 A waiter cancelled while queued leaves the queue; a slot handed to a waiter whose task
 was cancelled at that moment is released again, so no slot is ever lost.
@@ -13,7 +14,7 @@ was cancelled at that moment is released again, so no slot is ever lost.
 import asyncio
 import contextlib
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 
 class FairSlots:
@@ -92,3 +93,20 @@ class FairSlots:
             queue.remove(fut)
         if not queue:
             del self._waiting[space]
+
+
+def admit(waiting: Mapping[str, Sequence[str]], held: Mapping[str, int], free: int, per_space: int) -> list[str]:
+    """Which waiting items to start now: at most `free` in all, no Space past `per_space` held,
+    taken one per Space in turn (the Spaces in `waiting`'s order, each Space's items in
+    theirs), so a Space with a thousand waiting items and one with one both start now."""
+    queues = {s: deque(items) for s, items in waiting.items() if items}
+    room = {s: per_space - held.get(s, 0) for s in queues}
+    chosen: list[str] = []
+    while len(chosen) < free:
+        turn = [s for s, q in queues.items() if q and room[s] > 0]
+        if not turn:
+            break
+        for space in turn[: free - len(chosen)]:
+            chosen.append(queues[space].popleft())
+            room[space] -= 1
+    return chosen

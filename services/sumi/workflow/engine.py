@@ -44,6 +44,7 @@ from sumi.core.commands import OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
+from sumi.engines import fair
 from sumi.engines.runtimes import Runtimes
 from sumi.runtime.types import Runtime, WorkflowOutcome
 from sumi.workflow import _decide as d
@@ -55,7 +56,6 @@ from sumi.workflow._spares import Spares
 from sumi.workflow._state import Counts, Instance
 
 log = logging.getLogger("sumi.workflow")
-MAX_RUNS = 128  # live contexts at once; more runnable instances wait their turn
 RETRY_FIRST_MS, RETRY_MAX_MS = 100, 30_000  # after the runtime failed an instance
 OBSERVE_MS = 1000
 # A delete whose contexts have not all confirmed their stop by then takes the stop as unproven
@@ -310,9 +310,22 @@ class Engine:
         return d.outcome(inst, outcome.kind, now, outcome.output, outcome.reason, outcome.message)
 
     def _start_runs(self, now: int) -> None:
+        """Live contexts are shared fairly among Spaces (`workflow_contexts` in all, at most
+        `workflow_contexts_per_space` to one Space): a Space whose instances all wait inside
+        their effects holds its share, never another Space's. More runnable instances wait."""
+        free = self.settings.workflow_contexts - len(self.runs)
+        if free <= 0 or not self.runnable:
+            return
+        waiting: dict[str, list[str]] = {}
         for key in sorted(self.runnable):
-            if len(self.runs) >= MAX_RUNS:
-                return
+            inst = self.instances.get(key)
+            waiting.setdefault("" if inst is None else inst.space, []).append(key)
+        held: dict[str, int] = {}
+        for key in self.runs:
+            inst = self.instances.get(key)
+            space = "" if inst is None else inst.space
+            held[space] = held.get(space, 0) + 1
+        for key in fair.admit(waiting, held, free, self.settings.workflow_contexts_per_space):
             self.runnable.discard(key)
             inst = self.instances.get(key)
             if key in self.runs or inst is None or not d.needs_context(inst, now):

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from sumi.engines.fair import FairSlots
+from sumi.engines.fair import FairSlots, admit
 
 
 async def _hold(slots: FairSlots, space: str, order: list[str], release: asyncio.Event) -> None:
@@ -80,3 +80,16 @@ async def test_a_slot_granted_to_a_cancelled_waiter_is_given_back() -> None:
 def test_slots_are_at_least_one() -> None:
     with pytest.raises(ValueError):
         FairSlots(total=0, per_space=1)
+
+
+def test_admit_takes_one_per_space_in_turn() -> None:
+    # Space isolation (issue 21): a Space with many runnable instances does not go first with all of them
+    waiting = {"a": ["a1", "a2", "a3", "a4"], "b": ["b1"], "c": ["c1", "c2"]}
+    assert admit(waiting, {}, free=5, per_space=10) == ["a1", "b1", "c1", "a2", "c2"]
+
+
+def test_admit_keeps_each_space_to_its_share() -> None:
+    waiting = {"a": ["a1", "a2", "a3"], "b": ["b1", "b2"]}
+    assert admit(waiting, {"a": 2}, free=10, per_space=3) == ["a1", "b1", "b2"]
+    assert admit(waiting, {"a": 3, "b": 3}, free=10, per_space=3) == []
+    assert admit({}, {}, free=3, per_space=3) == []
