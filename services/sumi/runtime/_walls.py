@@ -9,8 +9,10 @@ has found yet must still reach nothing. So each runtime process starts:
 - as the unprivileged user 65534 (``nobody``), when the Host runs as root
   (otherwise as the Host's own user, inside a user namespace);
 - seeing read-only only the interpreter, the runtime's own code and the
-  Version's modules (``bwrap`` only; ``unshare`` leaves the file system as it is);
-- under ``RLIMIT_DATA``, a memory cap on the whole process.
+  Version's modules, on a read-only root (``bwrap`` only; ``unshare`` leaves
+  the file system as it is);
+- under ``RLIMIT_DATA``, a memory cap on the whole process, and
+  ``RLIMIT_FSIZE`` 0: no byte into any file, wherever one is writable.
 
 ``bwrap`` (bubblewrap) does all of it in one call. ``unshare`` (util-linux) is
 the fallback where it is missing: environment, namespaces, user and memory,
