@@ -108,6 +108,26 @@ def _document(value: Any, what: str) -> Any:
         raise HostError(e.code, f"{what}: {e}") from None
 
 
+# The slots of `type` itself: a metaclass may override `__mro__`/`__dict__` lookups, not these.
+_MRO_OF: Any = type.__dict__["__mro__"]
+_DICT_OF: Any = type.__dict__["__dict__"]
+
+
+def is_workflow_class(value: Any) -> bool:
+    """WF-28 as the Form states it, without running worker code: a class (by its real type, not a
+    ``__class__`` it may claim) whose instances' ``run``, found in its MRO's own namespaces (no
+    descriptor invoked, no metaclass consulted), is callable. A property is not; neither is a
+    ``run`` only the metaclass has (the class's, not its instances')."""
+    if not issubclass(type(value), type):
+        return False
+    for klass in _MRO_OF.__get__(value):
+        namespace = _DICT_OF.__get__(klass)
+        if "run" in namespace:
+            run = namespace["run"]
+            return callable(run) or isinstance(run, classmethod | staticmethod)
+    return False
+
+
 async def _never() -> Any:
     await asyncio.get_running_loop().create_future()
 
@@ -310,7 +330,7 @@ async def run_workflow(abi: Abi, main: Any, invocation: dict[str, Any], env: Any
 
     async def run() -> Any:
         cls: Any = getattr(main, str(invocation.get("className")), None)
-        if not inspect.isclass(cls) or not callable(getattr(cls, "run", None)):
+        if not is_workflow_class(cls):
             raise TypeError(f"main module has no workflow class {invocation.get('className')!r} with a run method")
         event: dict[str, Any] = {"instanceId": str(invocation.get("instanceId"))}
         if invocation.get("params") is not None:
