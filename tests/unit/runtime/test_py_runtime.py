@@ -120,3 +120,23 @@ async def test_running_what_is_not_a_workflow_class_is_run_threw(rt: PyRuntime, 
     await ctx.stop()
     assert (outcome.kind, outcome.reason) == ("errored", "run_threw")
     assert f"no workflow class {name!r}" in (outcome.message or "")
+
+
+async def test_step_has_the_forms_operations_and_nothing_else(rt: PyRuntime) -> None:  # WF-34
+    source = """
+class Own:
+    def __init__(self, env):
+        pass
+
+    async def run(self, event, step):
+        return {
+            "public": sorted(n for n in dir(step) if not n.startswith("__")),
+            "dict": hasattr(step, "__dict__"),
+            "behind": sorted(n for n in dir(step.do.__self__) if not n.startswith("__")),
+        }
+"""
+    ctx = await rt.start_context(py(source), "worker.py")
+    outcome = await ctx.invoke_workflow(WorkflowInvocation("Own", "i-1", None), EnvSpec(), Host())
+    await ctx.stop()
+    names = ["do", "sleep", "waitForEvent", "wait_for_event"]
+    assert outcome.output == {"public": names, "dict": False, "behind": names}
