@@ -28,6 +28,9 @@ class Settings:
     allow_unwalled_python: bool = False
     runtime_walls: str = ""  # "" = the strongest this machine has; or bwrap, unshare, none
     runtime_memory_mb: int = 4096  # RLIMIT_DATA of the JavaScript runtime process
+    # Shared capacity divided among Spaces (sumi.engines.fair): the verifier's concurrent loads.
+    verify_slots: int = 8
+    verify_slots_per_space: int = 2
     workflow_retention_seconds: int = MIN_WORKFLOW_RETENTION_SECONDS  # WF-47
     workflow_always_replay: bool = False  # end a workflow context after every committed step (tests)
     # Lets a test Host run with settings DurableWorkflow 0.3.0 forbids (a short retention).
@@ -67,6 +70,8 @@ class Settings:
             "allow_unwalled_python": env.get("SUMI_ALLOW_UNWALLED_PYTHON", "") in ("1", "true", "yes"),
             "runtime_walls": env.get("SUMI_RUNTIME_WALLS", ""),
             "runtime_memory_mb": int(env.get("SUMI_RUNTIME_MEMORY_MB", "4096")),
+            "verify_slots": int(env.get("SUMI_VERIFY_SLOTS", "8")),
+            "verify_slots_per_space": int(env.get("SUMI_VERIFY_SLOTS_PER_SPACE", "2")),
             "workflow_retention_seconds": _int(env, "SUMI_WORKFLOW_RETENTION_SECONDS", MIN_WORKFLOW_RETENTION_SECONDS),
             "workflow_always_replay": env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
             "nonconformant_test_settings": env.get("SUMI_NONCONFORMANT_TEST_SETTINGS", "") == "1",
@@ -93,6 +98,8 @@ class Settings:
             "SUMI_ALLOW_UNWALLED_PYTHON": "1" if self.allow_unwalled_python else "",
             "SUMI_RUNTIME_WALLS": self.runtime_walls,
             "SUMI_RUNTIME_MEMORY_MB": str(self.runtime_memory_mb),
+            "SUMI_VERIFY_SLOTS": str(self.verify_slots),
+            "SUMI_VERIFY_SLOTS_PER_SPACE": str(self.verify_slots_per_space),
             "SUMI_WORKFLOW_RETENTION_SECONDS": str(self.workflow_retention_seconds),
             "SUMI_WORKFLOW_ALWAYS_REPLAY": "1" if self.workflow_always_replay else "",
             "SUMI_NONCONFORMANT_TEST_SETTINGS": "1" if self.nonconformant_test_settings else "",
