@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import heapq
 import logging
-import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -64,19 +63,17 @@ STOP_PROOF_MS = 5000
 REMEMBERED_COMMANDS = 200_000
 
 
-def limits_from_env() -> d.Limits:
-    """SUMI_WORKFLOW_RETENTION_SECONDS (WF-47, default 30 days) and SUMI_WORKFLOW_ALWAYS_REPLAY=1."""
-    env = os.environ
+def limits_of(settings: Settings) -> d.Limits:
+    """The engine's limits from the settings (retention: WF-47, checked by Settings itself)."""
     return d.Limits(
-        retention_ms=int(env.get("SUMI_WORKFLOW_RETENTION_SECONDS", "2592000")) * 1000,
-        always_replay=env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
+        retention_ms=settings.workflow_retention_seconds * 1000, always_replay=settings.workflow_always_replay
     )
 
 
 class Engine:
     def __init__(self, settings: Settings, limits: d.Limits | None = None) -> None:
         self.settings = settings
-        self.limits = limits or limits_from_env()
+        self.limits = limits or limits_of(settings)
         self.instances: dict[str, Instance] = {}
         self.keys_of: dict[str, set[str]] = {}  # workflow UID -> its instances' keys (a delete purges them)
         self.counts = Counts()  # per Workflow and status, kept by the fold (WF-9)
@@ -524,7 +521,14 @@ class Engine:
             await self.runtimes.close()
 
 
+def warn_if_nonconformant(settings: Settings) -> None:
+    """Settings only SUMI_NONCONFORMANT_TEST_SETTINGS=1 allows are said at start, every time."""
+    for why in settings.nonconformance():
+        log.warning("this Host is not conformant to DurableWorkflow 0.3.0: %s", why)
+
+
 async def serve(settings: Settings) -> None:
+    warn_if_nonconformant(settings)
     await Engine(settings).run()
 
 

@@ -65,6 +65,41 @@
 
   const hostErrors = new WeakSet();
 
+  // WF-28: "a constructible named export whose prototype has a callable run", judged as
+  // the Form states it and without running worker code: no getter, trap or constructor.
+  // Function.prototype.toString gives a Proxy, a bound and a built-in function the
+  // NativeFunction form, and only those, so what qualifies is code the Version wrote
+  // (a Proxy's traps could answer this check one way and the run another). Whether it
+  // is a constructor is IsConstructor itself: Reflect.construct with it as newTarget
+  // constructs `noop`, never it, and reads only its own `prototype` data property.
+  const FunctionToString = Function.prototype.toString;
+  const StringEndsWith = String.prototype.endsWith;
+  const { construct, getPrototypeOf } = Reflect;
+  const MAX_PROTOTYPE_DEPTH = 1000;
+  const noop = function () {};
+  const isConstructor = (f) => {
+    try { construct(noop, [], f); return true; } catch { return false; }
+  };
+  const writtenByTheVersion = (f) => !apply(StringEndsWith, apply(FunctionToString, f, []), ['[native code] }']);
+  function hasCallableRun(proto) {
+    let o = proto;
+    for (let depth = 0; o !== null && depth < MAX_PROTOTYPE_DEPTH; depth++, o = getPrototypeOf(o)) {
+      const d = getOwnPropertyDescriptor(o, 'run');
+      if (d !== undefined) return hasOwn(d, 'value') && typeof d.value === 'function';
+    }
+    return false;
+  }
+  function isWorkflowClass(v) {
+    if (typeof v !== 'function' || !writtenByTheVersion(v) || !isConstructor(v)) return false;
+    try {
+      const p = getOwnPropertyDescriptor(v, 'prototype');
+      return p !== undefined && hasOwn(p, 'value') && typeof p.value === 'object' && p.value !== null
+        && hasCallableRun(p.value);
+    } catch {
+      return false; // a prototype object that is a Proxy whose trap threw
+    }
+  }
+
   // Bounds of what one context may put on the channel (the Python side
   // enforces the same numbers; these keep honest code under them).
   const MAX_LOG_TEXT = 8 * 1024;
@@ -683,7 +718,7 @@
     };
 
     const workflow = extensions && extensions.installWorkflow
-      ? extensions.installWorkflow({ hostCall, makeHostError, checkDocument: extensions.checkDocument, describe })
+      ? extensions.installWorkflow({ hostCall, makeHostError, checkDocument: extensions.checkDocument, describe, isWorkflowClass })
       : null;
 
     let mainNs = null;
@@ -697,11 +732,7 @@
           for (const k of keys(def)) if (typeof def[k] === 'function') info.handlers.push(k);
         }
         for (const k of keys(mainNs)) {
-          const v = mainNs[k];
-          if (k === 'default' || typeof v !== 'function') continue;
-          const proto = getOwnPropertyDescriptor(v, 'prototype');
-          const constructible = proto !== undefined && typeof proto.value === 'object' && proto.value !== null;
-          if (constructible && typeof proto.value.run === 'function') info.workflowClasses.push(k);
+          if (k !== 'default' && isWorkflowClass(mainNs[k])) info.workflowClasses.push(k);
         }
         return encode(info);
       },
