@@ -74,7 +74,7 @@
   // constructs `noop`, never it, and reads only its own `prototype` data property.
   const FunctionToString = Function.prototype.toString;
   const StringEndsWith = String.prototype.endsWith;
-  const { construct, getPrototypeOf } = Reflect;
+  const { getPrototypeOf } = Reflect;
   const MAX_PROTOTYPE_DEPTH = 1000;
   const noop = function () {};
   const isConstructor = (f) => {
