@@ -51,6 +51,8 @@ def seal(key: r.DataKey, text: str) -> str:
 
 def unseal(key: r.DataKey, text: str) -> str | None:
     """The plain document, or None when `text` is not a document sealed under `key`."""
+    if not is_sealed(text) or key_id_of(text) != key.keyId:
+        return None
     try:
         raw = base64.urlsafe_b64decode(text[len(PREFIX) :].split(":", 1)[1])
         plain = AESGCM(key.key).decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], key.keyId.encode())

@@ -510,7 +510,9 @@ class Engine:
             commands, command_tps = await self._reader(
                 stack, self.settings.topic("workflow.commands"), f"{prefix}-workflow-engine"
             )
-            admin = await kafka.started(stack, AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap))
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
+            stack.push_async_callback(admin.close)  # an admin client closes, it does not stop
+            await admin.start()
             await kafka.read_to_end(keys_reader, keys_tps, self._fold_keys)
             await keys_reader.stop()  # the only writer of the keys as well
             await self._serve(producer, log_reader, log_tps, control_reader, control_tps, commands, command_tps, admin)
