@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import heapq
 import logging
-import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -53,6 +52,7 @@ from sumi.core.commands import OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
+from sumi.engines import fair
 from sumi.engines.runtimes import Runtimes
 from sumi.runtime.types import Runtime, WorkflowOutcome
 from sumi.workflow import _decide as d
@@ -65,7 +65,6 @@ from sumi.workflow._spares import Spares
 from sumi.workflow._state import Counts, Instance
 
 log = logging.getLogger("sumi.workflow")
-MAX_RUNS = 128  # live contexts at once; more runnable instances wait their turn
 RETRY_FIRST_MS, RETRY_MAX_MS = 100, 30_000  # after the runtime failed an instance
 OBSERVE_MS = 1000
 # A delete whose contexts have not all confirmed their stop by then takes the stop as unproven
@@ -74,19 +73,17 @@ STOP_PROOF_MS = 5000
 REMEMBERED_COMMANDS = 200_000
 
 
-def limits_from_env() -> d.Limits:
-    """SUMI_WORKFLOW_RETENTION_SECONDS (WF-47, default 30 days) and SUMI_WORKFLOW_ALWAYS_REPLAY=1."""
-    env = os.environ
+def limits_of(settings: Settings) -> d.Limits:
+    """The engine's limits from the settings (retention: WF-47, checked by Settings itself)."""
     return d.Limits(
-        retention_ms=int(env.get("SUMI_WORKFLOW_RETENTION_SECONDS", "2592000")) * 1000,
-        always_replay=env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
+        retention_ms=settings.workflow_retention_seconds * 1000, always_replay=settings.workflow_always_replay
     )
 
 
 class Engine:
     def __init__(self, settings: Settings, limits: d.Limits | None = None) -> None:
         self.settings = settings
-        self.limits = limits or limits_from_env()
+        self.limits = limits or limits_of(settings)
         self.instances: dict[str, Instance] = {}
         self.keys_of: dict[str, set[str]] = {}  # workflow UID -> its instances' keys (a delete purges them)
         self.counts = Counts()  # per Workflow and status, kept by the fold (WF-9)
@@ -338,9 +335,22 @@ class Engine:
         return d.outcome(inst, outcome.kind, now, outcome.output, outcome.reason, outcome.message)
 
     def _start_runs(self, now: int) -> None:
+        """Live contexts are shared fairly among Spaces (`workflow_contexts` in all, at most
+        `workflow_contexts_per_space` to one Space): a Space whose instances all wait inside
+        their effects holds its share, never another Space's. More runnable instances wait."""
+        free = self.settings.workflow_contexts - len(self.runs)
+        if free <= 0 or not self.runnable:
+            return
+        waiting: dict[str, list[str]] = {}
         for key in sorted(self.runnable):
-            if len(self.runs) >= MAX_RUNS:
-                return
+            inst = self.instances.get(key)
+            waiting.setdefault("" if inst is None else inst.space, []).append(key)
+        held: dict[str, int] = {}
+        for key in self.runs:
+            inst = self.instances.get(key)
+            space = "" if inst is None else inst.space
+            held[space] = held.get(space, 0) + 1
+        for key in fair.admit(waiting, held, free, self.settings.workflow_contexts_per_space):
             self.runnable.discard(key)
             inst = self.instances.get(key)
             if key in self.runs or inst is None or not d.needs_context(inst, now):
@@ -560,7 +570,14 @@ class Engine:
             await self.runtimes.close()
 
 
+def warn_if_nonconformant(settings: Settings) -> None:
+    """Settings only SUMI_NONCONFORMANT_TEST_SETTINGS=1 allows are said at start, every time."""
+    for why in settings.nonconformance():
+        log.warning("this Host is not conformant to DurableWorkflow 0.3.0: %s", why)
+
+
 async def serve(settings: Settings) -> None:
+    warn_if_nonconformant(settings)
     await Engine(settings).run()
 
 

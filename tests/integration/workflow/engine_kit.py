@@ -229,7 +229,7 @@ async def engine_bench(
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
     await producer.start()
     log = Log()
-    engine = engine_cls(settings, limits or d.Limits())
+    engine = engine_cls(settings, limits)  # None: the limits the settings give
     tasks = [asyncio.create_task(_tail(settings, log))]
     if in_process:
         tasks.append(asyncio.create_task(engine.run()))
