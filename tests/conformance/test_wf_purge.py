@@ -142,7 +142,10 @@ async def test_a_workflow_delete_leaves_nothing_readable_on_the_topics(api: Api,
 @pytest.fixture(scope="module")
 def retention_host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
     """A Host whose terminal instances are purged 2 s after their terminal transition."""
-    with running_host(new_settings(kafka_bootstrap, database_url), env={"SUMI_WORKFLOW_RETENTION_SECONDS": "2"}) as h:
+    settings = new_settings(
+        kafka_bootstrap, database_url, workflow_retention_seconds=2, nonconformant_test_settings=True
+    )
+    with running_host(settings) as h:
         yield h
 
 
