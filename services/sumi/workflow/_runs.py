@@ -85,6 +85,8 @@ class ContextRun:
 
     async def _execute(self) -> WorkflowOutcome:
         inst = self.inst
+        if self.stopping:  # stopped before its context start (a terminate right after the create)
+            return WorkflowOutcome("stopped", reason="not_started")
         version = pick_version(self.allocation, f"{inst.instance_id}/{inst.contexts + 1}")
         code = self.engine.control.code(version)
         if code is None:  # the Version left meanwhile: the instance waits for a usable one

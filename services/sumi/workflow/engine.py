@@ -62,6 +62,7 @@ OBSERVE_MS = 1000
 # (WF-14): it reports the same Operation `reconciling` and proves the stop by the runtimes' exit.
 STOP_PROOF_MS = 5000
 REMEMBERED_COMMANDS = 200_000
+Answer = asyncio.Future[r.CommandDecided]
 
 
 def limits_from_env() -> d.Limits:
@@ -94,7 +95,8 @@ class Engine:
         # delay that doubles with each failure in a row, so a broken runtime is not a busy loop.
         self.failures: dict[str, int] = {}
         self.retries: list[tuple[int, str]] = []
-        self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance]]] = {}
+        # Terminates of instances with a live run, decided in `ended` once its stop is proven (WF-26).
+        self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance, Answer]]] = {}
         self.deferred: dict[str, list[tuple[d.Caller, c.WorkflowCommand]]] = {}
         self.wake_recheck = asyncio.Event()
         self.decided: OrderedDict[str, None] = OrderedDict()
@@ -204,7 +206,6 @@ class Engine:
             self.emit(message.key.decode() if message.key else rec.space, [d.rejected(caller, now, problem)])
             return
         key = c.key_of(cmd)
-        inst = self.instances.get(key)
         view = self.control.view(cmd.workflow_uid)
         if key in self.deferred or (isinstance(cmd, c.CreateInstance) and not (view.exists and view.ready)):
             # Before a create is refused for a Workflow this engine does not know (yet), the control
@@ -214,12 +215,9 @@ class Engine:
             self.deferred.setdefault(key, []).append((caller, cmd))
             self.wake_recheck.set()
             return
-        if isinstance(cmd, c.TerminateInstance) and key in self.runs and inst is not None and inst.owner is not None:
-            self.held[rec.commandId] = (tp, message.offset)
-            self.terminates.setdefault(key, []).append((caller, cmd))
-            self.runs[key].stop()  # WF-26: decided once the context has physically stopped
-            return
-        self.apply(key, self.decide(key, cmd, caller, now))
+        if isinstance(cmd, c.TerminateInstance):
+            self.held[rec.commandId] = (tp, message.offset)  # until decided: a run may have to stop first
+        self.decide_now(key, cmd, caller)
 
     async def _recheck(self, reader: AIOKafkaConsumer, tps: list[TopicPartition]) -> None:
         """Decide deferred commands once the control log has been folded up to its end as of now."""
@@ -236,8 +234,39 @@ class Engine:
             deferred, self.deferred = self.deferred, {}
             for key, entries in deferred.items():
                 for caller, cmd in entries:
-                    self.held.pop(caller.command_id, None)
-                    self.apply(key, self.decide(key, cmd, caller, self.now()))
+                    if not isinstance(cmd, c.TerminateInstance):
+                        self.held.pop(caller.command_id, None)
+                    self.decide_now(key, cmd, caller)
+
+    def decide_now(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller) -> None:
+        if isinstance(cmd, c.TerminateInstance):
+            self.terminate(key, cmd, caller)
+        else:
+            self.apply(key, self.decide(key, cmd, caller, self.now()))
+
+    def terminate(self, key: str, cmd: c.TerminateInstance, caller: d.Caller) -> Answer:
+        """WF-26: every terminate is decided, once, whatever state the instance is in. A live run,
+        wherever it is (its context start in flight, running, stopping), is stopped first and the
+        terminate decided in `ended` once the stop is proven; without one it is decided now. The
+        answer resolves once the decision has committed."""
+        answer: Answer = asyncio.get_running_loop().create_future()
+        run = self.runs.get(key)
+        if run is None:
+            self._terminate_now(key, cmd, caller, answer)
+        else:
+            self.terminates.setdefault(key, []).append((caller, cmd, answer))
+            run.stop()
+        return answer
+
+    def _terminate_now(
+        self, key: str, cmd: c.TerminateInstance, caller: d.Caller, answer: Answer
+    ) -> "asyncio.Future[None]":
+        self.held.pop(caller.command_id, None)
+        decision = self.decide(key, cmd, caller, self.now())
+        record = next(x for x in decision.records if isinstance(x, r.CommandDecided))
+        committed = self.apply(key, decision)
+        committed.add_done_callback(lambda f: _settle(answer, f, record))
+        return committed
 
     def decide(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller, now: int) -> d.Decision:
         inst = self.instances.get(key)
@@ -279,9 +308,8 @@ class Engine:
             futures.append(self.apply(key, self._after(run, inst, outcome, now)))
         elif inst is not None and outcome.reason == "no_code":
             self.blocked.add(key)
-        for caller, cmd in self.terminates.pop(key, []):
-            self.held.pop(caller.command_id, None)
-            futures.append(self.apply(key, self.decide(key, cmd, caller, now)))
+        for caller, cmd, answer in self.terminates.pop(key, []):
+            futures.append(self._terminate_now(key, cmd, caller, answer))
         inst = self.instances.get(key)
         if outcome.reason == RUNTIME_FAILED:
             failures = self.failures[key] = self.failures.get(key, 0) + 1
@@ -509,6 +537,15 @@ class Engine:
                     task.cancel()  # e.g. one still starting its runtime process
                 await asyncio.gather(*pending, return_exceptions=True)
             await self.runtimes.close()
+
+
+def _settle(answer: Answer, committed: "asyncio.Future[None]", record: r.CommandDecided) -> None:
+    if answer.done():  # its waiter gave up (e.g. a binding call of a context that stopped)
+        return
+    if committed.cancelled() or committed.exception() is not None:
+        answer.set_exception(RuntimeError("the terminate's decision could not be committed"))
+    else:
+        answer.set_result(record)
 
 
 async def serve(settings: Settings) -> None:
