@@ -29,12 +29,20 @@ LIMIT_STOPS = ("cpu_limit", "heap_limit", "wall_limit")
 RUNTIME_FAILED = "runtime_failed"  # the runtime could not start or serve the context
 
 
-def invocation(inst: Instance, class_name: str) -> WorkflowInvocation:
+def invocation(inst: Instance, class_name: str, limits: d.Limits) -> WorkflowInvocation:
     completed = {
         s.name: StepRecord(s.name, s.kind, s.ok, d.doc(s.result), s.error_name, s.error_message)  # type: ignore[arg-type]
         for s in inst.completed.values()
     }
-    return WorkflowInvocation(class_name, inst.instance_id, d.doc(inst.params), completed, dict(inst.pending))
+    return WorkflowInvocation(
+        class_name,
+        inst.instance_id,
+        d.doc(inst.params),
+        completed,
+        dict(inst.pending),
+        steps_left=max(limits.max_steps - inst.steps_used, 0),
+        lifetime_ends_at=inst.created_at + limits.lifetime_ms,
+    )
 
 
 class ContextRun:
@@ -100,7 +108,9 @@ class ContextRun:
         if self.stopping:
             return WorkflowOutcome("stopped", reason="stopped")
         env = EnvSpec(code.vars, list(code.queue_bindings), list(code.workflow_bindings))
-        result: WorkflowOutcome = await self.ctx.invoke_workflow(invocation(self.inst, self.class_name), env, self.call)
+        result: WorkflowOutcome = await self.ctx.invoke_workflow(
+            invocation(self.inst, self.class_name, self.engine.limits), env, self.call
+        )
         return result
 
     async def _start_ctx(self, code: VersionView, committed: "asyncio.Future[None]") -> None:
