@@ -59,6 +59,7 @@ class ContextRun:
         self.stopping = False  # asked to stop from outside (terminate, a limit, a delete, shutdown)
         self.closed = False  # a step call suspended or fenced it: nothing more commits from this context
         self.after_stop: list[Any] = []
+        self.refused: str | None = None  # the last host call this run failed
         self.stopped = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
 
@@ -150,6 +151,16 @@ class ContextRun:
     # ---- host calls ---------------------------------------------------------------------
 
     async def call(self, context_id: str, method: str, args: dict[str, Any]) -> Any:
+        try:
+            return await self._call(method, args)
+        except HostError as exc:  # kept: the runtime may give up on the run for it (engine `_death`)
+            self.refused = f"{method}: {exc.name}: {exc.message}"
+            raise
+        except Exception as exc:  # a bug in the Host: the runtime sees backend_unavailable
+            self.refused = f"{method}: {exc!r}"
+            raise
+
+    async def _call(self, method: str, args: dict[str, Any]) -> Any:
         code = self.engine.control.code(self.inst.version_uid or "")
         if method.startswith("workflow."):
             return await self.engine.bindings.call(code, method, args)
