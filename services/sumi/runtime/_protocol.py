@@ -193,7 +193,9 @@ def _step(required: set[str], optional: set[str]) -> Callable[[str, Any, Invocat
         checked: dict[str, Any] = dict(_exact(args, required, optional, method, ctx))
         args = checked
         _name(args["name"], f"{method}: name", ctx)
-        if method == "step.sleep":
+        if method == "step.begin":
+            pass  # a name alone: the runtime asks before an effect whether the Host's limits allow it
+        elif method == "step.sleep":
             _int(args["seconds"], f"{method}: seconds", 0, MAX_SLEEP_SECONDS, ctx)
         elif method == "step.waitForEvent":
             _name(args["type"], f"{method}: type", ctx)
@@ -251,6 +253,7 @@ HOST_METHODS: dict[str, HostMethodCheck] = {
     "batch.retryAll": _batch_call({"batchId"}, {"delaySeconds"}),
     "queue.send": _queue_send,
     "step.do": _step({"name", "config", "ok"}, {"result", "error"}),
+    "step.begin": _step({"name"}, set()),
     "step.sleep": _step({"name", "seconds"}, set()),
     "step.waitForEvent": _step({"name", "type", "timeoutSeconds"}, set()),
     "workflow.create": _binding(set(), {"id", "params"}),

@@ -23,8 +23,10 @@ import asyncio
 import copy
 import inspect
 import json
+import math
 import weakref
 from collections.abc import Callable
+from time import time as _wall_clock  # bound before worker code runs
 from typing import TYPE_CHECKING, Any
 
 from .documents import DocumentError, canonical_document
@@ -206,6 +208,10 @@ class Step:
         self._completed: dict[str, dict[str, Any]] = dict(invocation.get("completed") or {})
         self._pending_kinds: dict[str, str] = dict(invocation.get("pendingKinds") or {})
         self._active: str | None = None  # the one unsettled live step (WF-35)
+        # WF-38: the Host's limits as of the context start; an effect beyond them waits for the Host.
+        self._steps_left = _number(invocation.get("stepsLeft"))
+        self._lifetime_ends_at = _number(invocation.get("lifetimeEndsAt"))
+        self._begun = 0  # new step names begun in this context
         # WF-44/45: only errors raised here count as a genuine step_failed.
         self._issued: weakref.WeakSet[BaseException] = weakref.WeakSet()
 
@@ -242,7 +248,25 @@ class Step:
         prior = self._pending_kinds.get(name)
         if prior is not None and prior != kind:
             return True, await self._mismatch(f'step "{name}" was a {prior} step and is now used as {kind}')
+        if prior is None:
+            self._begun += 1
         return False, None
+
+    async def _cleared(self, name: str) -> bool:
+        """WF-38: no effect starts for a step the Host would refuse. Past the limits the context
+        started with, the Host is asked first (`step.begin`); it decides, and past a limit it ends
+        the instance and stops this context."""
+        new = name not in self._pending_kinds
+        if not (new and self._begun > self._steps_left) and _wall_clock() * 1000 < self._lifetime_ends_at:
+            return True
+        try:
+            reply = await self._abi.call("step.begin", {"name": name})
+        except HostError:
+            reply = None
+        if isinstance(reply, dict) and reply.get("action") == "resolve" and not self._finished:
+            return True
+        self._report({"kind": "suspended"})
+        return False
 
     async def _live(self, kind: str, method: str, args: dict[str, Any], rejected: tuple[str, str] | None) -> Any:
         name = args["name"]
@@ -280,6 +304,8 @@ class Step:
             raise TypeError("step.do: effect must be a zero-argument callable")
         config = retry_config(retry_policy)
         self._active = name  # a step started inside the effect overlaps this one
+        if not await self._cleared(name):
+            return await _never()
         args: dict[str, Any] = {"name": name, "config": config}
         try:
             result = effect()
@@ -397,3 +423,8 @@ def _judge(step: Step, task: asyncio.Task[Any]) -> dict[str, Any]:
         return {"kind": "errored", "reason": "step_failed", "message": exc.message}
     name = exc.name if isinstance(exc, HostError) else type(exc).__name__
     return {"kind": "errored", "reason": "run_threw", "message": f"{name}: {exc}"}
+
+
+def _number(value: Any) -> float:
+    """A limit from the invocation; none (an older Host) is no limit here: the Host still judges."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.inf

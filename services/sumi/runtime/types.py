@@ -172,6 +172,11 @@ class WorkflowInvocation:
     params: Any | None  # document, or None when absent (run sees no ``params`` member)
     completed: Mapping[str, StepRecord] = field(default_factory=dict)
     pending_kinds: Mapping[str, str] = field(default_factory=dict)  # unfinished names seen: name -> kind (WF-35)
+    # The Host's limits as of the context start (WF-38): new step names it may still begin, and the
+    # end of its lifetime (epoch ms). The runtime asks the Host (`step.begin`) before an effect
+    # beyond either; the Host decides.
+    steps_left: int | None = None
+    lifetime_ends_at: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -182,6 +187,10 @@ class WorkflowInvocation:
         }
         if self.params is not None:
             wire["params"] = self.params
+        if self.steps_left is not None:
+            wire["stepsLeft"] = self.steps_left
+        if self.lifetime_ends_at is not None:
+            wire["lifetimeEndsAt"] = self.lifetime_ends_at
         return wire
 
 

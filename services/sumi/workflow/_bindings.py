@@ -8,6 +8,7 @@ the WF codes. A binding names a DurableWorkflow of the calling Version's
 `workflowBindings`; any other name is `invalid_request`.
 """
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -57,21 +58,25 @@ class Bindings:
         if method == "workflow.sendEvent":
             return await self._decided(key, event_command(uid, args), caller)
         if method == "workflow.terminate":
-            run = self.engine.runs.get(key)
-            if run is not None:
-                run.stop()
-                await run.stopped  # WF-26: only after the physical stop
-            result = await self._decided(key, c.TerminateInstance(uid, inst.instance_id), caller)
-            return {"status": result["status"]}
+            # The engine's own terminate, as for a command: the target's run stopped first (WF-26).
+            # Shielded: should this caller's context stop meanwhile, the decision still lands.
+            answer = await asyncio.shield(
+                self.engine.terminate(key, c.TerminateInstance(uid, inst.instance_id), caller)
+            )
+            return {"status": _result(answer)["status"]}
         raise Problem("invalid_request", f"unknown binding method {method}")
 
     async def _decided(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller) -> Any:
         decision = self.engine.decide(key, cmd, caller, self.engine.now())
         answer = next(x for x in decision.records if isinstance(x, r.CommandDecided))
         await self.engine.apply(key, decision)
-        if not answer.accepted:
-            raise Problem.from_json(json.loads(answer.problem or "{}"))
-        return json.loads(answer.result) if answer.result else None
+        return _result(answer)
+
+
+def _result(answer: r.CommandDecided) -> Any:
+    if not answer.accepted:
+        raise Problem.from_json(json.loads(answer.problem or "{}"))
+    return json.loads(answer.result) if answer.result else None
 
 
 def binding_target(code: VersionView | None, args: dict[str, Any]) -> str:

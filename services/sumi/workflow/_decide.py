@@ -250,16 +250,16 @@ def call(inst: Instance, token: str, method: str, args: dict[str, Any], now: int
     seen = inst.pending.get(name)
     if seen is not None and seen != kind:
         return Decision(error=("step_definition_mismatch", f"step {name} was begun as {seen}"), stop=True)
-    if seen is None:
-        limit = _limit(inst, now, limits)
+    if seen is None or method == "step.begin":  # an attempt's effect may not start past the lifetime
+        limit = _limit(inst, now, limits, new=seen is None)
         if limit is not None:
             return limit
     result: Decision = handler(inst, token, name, args, now, limits)
     return result
 
 
-def _limit(inst: Instance, now: int, limits: Limits) -> Decision | None:
-    if inst.steps_used >= limits.max_steps:
+def _limit(inst: Instance, now: int, limits: Limits, new: bool = True) -> Decision | None:
+    if new and inst.steps_used >= limits.max_steps:
         ended = _errored(inst, "step_limit_exceeded", f"more than {limits.max_steps} steps", now)
     elif now >= inst.created_at + limits.lifetime_ms:
         ended = _errored(inst, "lifetime_exceeded", "the instance outlived 31,536,000 s", now)
@@ -360,8 +360,14 @@ def _wait(inst: Instance, token: str, name: str, args: dict[str, Any], now: int,
     return Decision([scheduled], reply={"action": "suspend"}, stop=True)
 
 
-_CALLS = {"step.do": _do, "step.sleep": _sleep, "step.waitForEvent": _wait}
-_KIND = {"step.do": "do", "step.sleep": "sleep", "step.waitForEvent": "wait"}
+def _begin(inst: Instance, token: str, name: str, args: dict[str, Any], now: int, limits: Limits) -> Decision:
+    """WF-38: asked before an effect the runtime could not clear from its invocation's limits;
+    past a limit `call` has already refused it, so no effect runs for a step the Host refuses."""
+    return Decision(reply={"action": "resolve"})
+
+
+_CALLS = {"step.do": _do, "step.begin": _begin, "step.sleep": _sleep, "step.waitForEvent": _wait}
+_KIND = {"step.do": "do", "step.begin": "do", "step.sleep": "sleep", "step.waitForEvent": "wait"}
 
 
 # ---- record builders ---------------------------------------------------------------------------

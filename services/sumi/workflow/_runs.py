@@ -29,12 +29,20 @@ LIMIT_STOPS = ("cpu_limit", "heap_limit", "wall_limit")
 RUNTIME_FAILED = "runtime_failed"  # the runtime could not start or serve the context
 
 
-def invocation(inst: Instance, class_name: str) -> WorkflowInvocation:
+def invocation(inst: Instance, class_name: str, limits: d.Limits) -> WorkflowInvocation:
     completed = {
         s.name: StepRecord(s.name, s.kind, s.ok, d.doc(s.result), s.error_name, s.error_message)  # type: ignore[arg-type]
         for s in inst.completed.values()
     }
-    return WorkflowInvocation(class_name, inst.instance_id, d.doc(inst.params), completed, dict(inst.pending))
+    return WorkflowInvocation(
+        class_name,
+        inst.instance_id,
+        d.doc(inst.params),
+        completed,
+        dict(inst.pending),
+        steps_left=max(limits.max_steps - inst.steps_used, 0),
+        lifetime_ends_at=inst.created_at + limits.lifetime_ms,
+    )
 
 
 class ContextRun:
@@ -51,6 +59,7 @@ class ContextRun:
         self.stopping = False  # asked to stop from outside (terminate, a limit, a delete, shutdown)
         self.closed = False  # a step call suspended or fenced it: nothing more commits from this context
         self.after_stop: list[Any] = []
+        self.refused: str | None = None  # the last host call this run failed
         self.stopped = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
 
@@ -85,6 +94,8 @@ class ContextRun:
 
     async def _execute(self) -> WorkflowOutcome:
         inst = self.inst
+        if self.stopping:  # stopped before its context start (a terminate right after the create)
+            return WorkflowOutcome("stopped", reason="not_started")
         version = pick_version(self.allocation, f"{inst.instance_id}/{inst.contexts + 1}")
         code = self.engine.control.code(version)
         if code is None:  # the Version left meanwhile: the instance waits for a usable one
@@ -98,7 +109,9 @@ class ContextRun:
         if self.stopping:
             return WorkflowOutcome("stopped", reason="stopped")
         env = EnvSpec(code.vars, list(code.queue_bindings), list(code.workflow_bindings))
-        result: WorkflowOutcome = await self.ctx.invoke_workflow(invocation(self.inst, self.class_name), env, self.call)
+        result: WorkflowOutcome = await self.ctx.invoke_workflow(
+            invocation(self.inst, self.class_name, self.engine.limits), env, self.call
+        )
         return result
 
     async def _start_ctx(self, code: VersionView, committed: "asyncio.Future[None]") -> None:
@@ -138,6 +151,16 @@ class ContextRun:
     # ---- host calls ---------------------------------------------------------------------
 
     async def call(self, context_id: str, method: str, args: dict[str, Any]) -> Any:
+        try:
+            return await self._call(method, args)
+        except HostError as exc:  # kept: the runtime may give up on the run for it (engine `_death`)
+            self.refused = f"{method}: {exc.name}: {exc.message}"
+            raise
+        except Exception as exc:  # a bug in the Host: the runtime sees backend_unavailable
+            self.refused = f"{method}: {exc!r}"
+            raise
+
+    async def _call(self, method: str, args: dict[str, Any]) -> Any:
         code = self.engine.control.code(self.inst.version_uid or "")
         if method.startswith("workflow."):
             return await self.engine.bindings.call(code, method, args)

@@ -66,11 +66,14 @@ from sumi.workflow._state import Counts, Instance
 
 log = logging.getLogger("sumi.workflow")
 RETRY_FIRST_MS, RETRY_MAX_MS = 100, 30_000  # after the runtime failed an instance
+DEATHS_TO_END = 3  # the same attempt's context dying the same way this often in a row ends the instance
+MAX_DEATH_TEXT = 4096
 OBSERVE_MS = 1000
 # A delete whose contexts have not all confirmed their stop by then takes the stop as unproven
 # (WF-14): it reports the same Operation `reconciling` and proves the stop by the runtimes' exit.
 STOP_PROOF_MS = 5000
 REMEMBERED_COMMANDS = 200_000
+Answer = asyncio.Future[r.CommandDecided]
 
 
 def limits_of(settings: Settings) -> d.Limits:
@@ -101,8 +104,10 @@ class Engine:
         # Instances whose runtime failed them (it did not start, or died under them): retried after a
         # delay that doubles with each failure in a row, so a broken runtime is not a busy loop.
         self.failures: dict[str, int] = {}
+        self.deaths: dict[str, tuple[tuple[str, tuple[int, ...]], int]] = {}  # (why, progress), in a row
         self.retries: list[tuple[int, str]] = []
-        self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance]]] = {}
+        # Terminates of instances with a live run, decided in `ended` once its stop is proven (WF-26).
+        self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance, Answer]]] = {}
         self.deferred: dict[str, list[tuple[d.Caller, c.WorkflowCommand]]] = {}
         self.wake_recheck = asyncio.Event()
         self.decided: OrderedDict[str, None] = OrderedDict()
@@ -138,6 +143,7 @@ class Engine:
             self.instances.pop(key, None)
             self.armed.pop(key, None)
             self.failures.pop(key, None)
+            self.deaths.pop(key, None)
             self.solo.discard(key)
             keys = self.keys_of.get(inst.workflow_uid)
             if keys is not None:
@@ -229,7 +235,6 @@ class Engine:
             self.emit(message.key.decode() if message.key else rec.space, [d.rejected(caller, now, problem)])
             return
         key = c.key_of(cmd)
-        inst = self.instances.get(key)
         view = self.control.view(cmd.workflow_uid)
         if key in self.deferred or (isinstance(cmd, c.CreateInstance) and not (view.exists and view.ready)):
             # Before a create is refused for a Workflow this engine does not know (yet), the control
@@ -239,12 +244,9 @@ class Engine:
             self.deferred.setdefault(key, []).append((caller, cmd))
             self.wake_recheck.set()
             return
-        if isinstance(cmd, c.TerminateInstance) and key in self.runs and inst is not None and inst.owner is not None:
-            self.held[rec.commandId] = (tp, message.offset)
-            self.terminates.setdefault(key, []).append((caller, cmd))
-            self.runs[key].stop()  # WF-26: decided once the context has physically stopped
-            return
-        self.apply(key, self.decide(key, cmd, caller, now))
+        if isinstance(cmd, c.TerminateInstance):
+            self.held[rec.commandId] = (tp, message.offset)  # until decided: a run may have to stop first
+        self.decide_now(key, cmd, caller)
 
     async def _recheck(self, reader: AIOKafkaConsumer, tps: list[TopicPartition]) -> None:
         """Decide deferred commands once the control log has been folded up to its end as of now."""
@@ -261,8 +263,39 @@ class Engine:
             deferred, self.deferred = self.deferred, {}
             for key, entries in deferred.items():
                 for caller, cmd in entries:
-                    self.held.pop(caller.command_id, None)
-                    self.apply(key, self.decide(key, cmd, caller, self.now()))
+                    if not isinstance(cmd, c.TerminateInstance):
+                        self.held.pop(caller.command_id, None)
+                    self.decide_now(key, cmd, caller)
+
+    def decide_now(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller) -> None:
+        if isinstance(cmd, c.TerminateInstance):
+            self.terminate(key, cmd, caller)
+        else:
+            self.apply(key, self.decide(key, cmd, caller, self.now()))
+
+    def terminate(self, key: str, cmd: c.TerminateInstance, caller: d.Caller) -> Answer:
+        """WF-26: every terminate is decided, once, whatever state the instance is in. A live run,
+        wherever it is (its context start in flight, running, stopping), is stopped first and the
+        terminate decided in `ended` once the stop is proven; without one it is decided now. The
+        answer resolves once the decision has committed."""
+        answer: Answer = asyncio.get_running_loop().create_future()
+        run = self.runs.get(key)
+        if run is None:
+            self._terminate_now(key, cmd, caller, answer)
+        else:
+            self.terminates.setdefault(key, []).append((caller, cmd, answer))
+            run.stop()
+        return answer
+
+    def _terminate_now(
+        self, key: str, cmd: c.TerminateInstance, caller: d.Caller, answer: Answer
+    ) -> "asyncio.Future[None]":
+        self.held.pop(caller.command_id, None)
+        decision = self.decide(key, cmd, caller, self.now())
+        record = next(x for x in decision.records if isinstance(x, r.CommandDecided))
+        committed = self.apply(key, decision)
+        committed.add_done_callback(lambda f: _settle(answer, f, record))
+        return committed
 
     def decide(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller, now: int) -> d.Decision:
         inst = self.instances.get(key)
@@ -300,39 +333,64 @@ class Engine:
             return
         inst = self.instances.get(key)
         futures = []
+        delay: int | None = None  # the next context only after a delay: the last one failed
         if inst is not None and inst.owner == run.token:
-            futures.append(self.apply(key, self._after(run, inst, outcome, now)))
+            decision, delay = self._after(run, inst, outcome, now)
+            futures.append(self.apply(key, decision))
         elif inst is not None and outcome.reason == "no_code":
             self.blocked.add(key)
-        for caller, cmd in self.terminates.pop(key, []):
-            self.held.pop(caller.command_id, None)
-            futures.append(self.apply(key, self.decide(key, cmd, caller, now)))
-        inst = self.instances.get(key)
-        if outcome.reason == RUNTIME_FAILED:
+        if outcome.reason == RUNTIME_FAILED and run.ctx is None:  # the runtime did not start: no code ran
             failures = self.failures[key] = self.failures.get(key, 0) + 1
-            heapq.heappush(self.retries, (now + min(RETRY_FIRST_MS << (failures - 1), RETRY_MAX_MS), key))
+            delay = _backoff(failures)
         else:
             self.failures.pop(key, None)
-            if inst is not None and d.needs_context(inst, now):
-                self.runnable.add(key)
+        for caller, cmd, answer in self.terminates.pop(key, []):
+            futures.append(self._terminate_now(key, cmd, caller, answer))
+        inst = self.instances.get(key)
+        if delay is not None:
+            heapq.heappush(self.retries, (now + delay, key))
+        elif inst is not None and d.needs_context(inst, now):
+            self.runnable.add(key)
         self.wake.set()
         for fut in futures:
             await fut
 
-    def _after(self, run: ContextRun, inst: Instance, outcome: WorkflowOutcome, now: int) -> d.Decision:
+    def _after(
+        self, run: ContextRun, inst: Instance, outcome: WorkflowOutcome, now: int
+    ) -> tuple[d.Decision, int | None]:
+        """What the stopped context's outcome publishes, and the delay before the next context."""
         if run.after_stop:  # a Host limit (WF-38)
-            return d.Decision(run.after_stop)
+            return d.Decision(run.after_stop), None
         if run.stopping:  # terminate, delete or shutdown: whoever stopped it decides
-            return d.Decision()
-        if outcome.kind == "stopped":
-            if outcome.reason in LIMIT_STOPS:
-                return d.outcome(inst, "errored", now, reason="run_threw", message=f"{outcome.reason}")
-            if outcome.reason == "evicted":
-                self.solo.add(run.key)
-            if outcome.reason == RUNTIME_FAILED:
-                return d.Decision()  # a new context replays, after a delay (`ended`)
-            return d.Decision(runnable=True)  # the context went away: a new one replays
-        return d.outcome(inst, outcome.kind, now, outcome.output, outcome.reason, outcome.message)
+            return d.Decision(), None
+        if outcome.kind == "stopped" and outcome.reason in LIMIT_STOPS:
+            return d.outcome(inst, "errored", now, reason="run_threw", message=f"{outcome.reason}"), None
+        if outcome.kind == "stopped" and outcome.reason == "evicted":  # a neighbour's fault, not a failure
+            self.solo.add(run.key)
+            return d.Decision(runnable=True), None
+        if outcome.reason == RUNTIME_FAILED and run.ctx is None:
+            return d.Decision(), None  # the runtime did not start: retried after a delay (`ended`)
+        why = _death(run, outcome)
+        if why is not None:
+            return self._died(run.key, inst, why, now)
+        self.deaths.pop(run.key, None)
+        return d.outcome(inst, outcome.kind, now, outcome.output, outcome.reason, outcome.message), None
+
+    def _died(self, key: str, inst: Instance, why: str, now: int) -> tuple[d.Decision, int | None]:
+        """A context died without the Host asking (a protocol rejection, a Host bug, a runtime
+        failure). The next one replays after a growing delay; the same attempt dying the same
+        way DEATHS_TO_END times in a row ends the instance, so effects are not re-run without
+        bound (WF-41, WF-22)."""
+        signature = (why, _progress(inst))
+        last, count = self.deaths.get(key, (None, 0))
+        count = count + 1 if last == signature else 1
+        log.warning("instance %s: its context died (%s), %d time(s) in a row at the same step", key, why, count)
+        if count < DEATHS_TO_END:
+            self.deaths[key] = (signature, count)
+            return d.Decision(), _backoff(count)
+        self.deaths.pop(key, None)
+        message = f"the execution context died {count} times in a row at the same step: {why}"
+        return d.outcome(inst, "errored", now, reason="run_threw", message=message[:MAX_DEATH_TEXT]), None
 
     def _start_runs(self, now: int) -> None:
         """Live contexts are shared fairly among Spaces (`workflow_contexts` in all, at most
@@ -574,6 +632,34 @@ def warn_if_nonconformant(settings: Settings) -> None:
     """Settings only SUMI_NONCONFORMANT_TEST_SETTINGS=1 allows are said at start, every time."""
     for why in settings.nonconformance():
         log.warning("this Host is not conformant to DurableWorkflow 0.3.0: %s", why)
+
+
+def _backoff(failures: int) -> int:
+    return int(min(RETRY_FIRST_MS << (failures - 1), RETRY_MAX_MS))
+
+
+def _death(run: ContextRun, outcome: WorkflowOutcome) -> str | None:
+    """Why the context died without the Host asking, or None: it ended as the Host asked or as
+    the run decided."""
+    if outcome.kind == "stopped":
+        return f"{outcome.reason}: {outcome.message}" if outcome.message else str(outcome.reason)
+    if outcome.kind == "suspended" and not run.closed:  # the runtime gave up on a host call the Host failed
+        return f"a host call failed: {run.refused or 'unknown'}"
+    return None
+
+
+def _progress(inst: Instance) -> tuple[int, ...]:
+    """Where the run is: steps completed, attempts committed, steps begun."""
+    return len(inst.completed), sum(inst.attempts.values()), len(inst.pending)
+
+
+def _settle(answer: Answer, committed: "asyncio.Future[None]", record: r.CommandDecided) -> None:
+    if answer.done():  # its waiter gave up (e.g. a binding call of a context that stopped)
+        return
+    if committed.cancelled() or committed.exception() is not None:
+        answer.set_exception(RuntimeError("the terminate's decision could not be committed"))
+    else:
+        answer.set_result(record)
 
 
 async def serve(settings: Settings) -> None:

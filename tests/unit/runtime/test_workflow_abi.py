@@ -711,3 +711,39 @@ async def test_a_final_failure_without_a_message_still_rejects(wf: Workflows) ->
         host=StepHost(steps={"a": REJECT}),
     )
     assert (run.outcome.kind, run.outcome.reason, run.outcome.message) == ("errored", "step_failed", ""), run.outcome
+
+
+# Three effects, each leaving its name in `ran` (returned when the run completes).
+LIMITED = (
+    js_run("""
+      const ran = [];
+      for (const name of ['a', 'b', 'c']) await step.do(name, async () => { ran.push(name); });
+      return { ran };"""),
+    py_run("""
+ran = []
+for name in ["a", "b", "c"]:
+    await step.do(name, lambda name=name: ran.append(name))
+return {"ran": ran}"""),
+)
+
+
+async def test_no_effect_starts_past_the_step_limit_without_the_host(wf: Workflows) -> None:  # WF-38
+    # One new name left, and "b" already begun (a retry): "c" would be the step past the limit.
+    host = StepHost(methods={"step.begin": HostError("step_limit_exceeded", "a Host limit ended the instance")})
+    run = await wf.run(*LIMITED, invocation(pending={"b": "do"}, steps_left=1), host)
+    assert run.outcome.kind == "suspended", run.outcome
+    assert host.steps_called() == [("step.do", "a"), ("step.do", "b"), ("step.begin", "c")]
+
+
+async def test_an_effect_past_the_limits_runs_once_the_host_allows_it(wf: Workflows) -> None:  # WF-38
+    run = await wf.run(*LIMITED, invocation(steps_left=2))
+    assert run.outcome.kind == "complete" and run.outcome.output == {"ran": ["a", "b", "c"]}, run.outcome
+    assert run.host.steps_called() == [("step.do", "a"), ("step.do", "b"), ("step.begin", "c"), ("step.do", "c")]
+
+
+async def test_no_effect_starts_past_the_lifetime_without_the_host(wf: Workflows) -> None:  # WF-38
+    # Even an attempt of a name already begun: the lifetime ended before the context started.
+    host = StepHost(methods={"step.begin": HostError("lifetime_exceeded", "a Host limit ended the instance")})
+    run = await wf.run(*LIMITED, invocation(pending={"a": "do"}, lifetime_ends_at=1), host)
+    assert run.outcome.kind == "suspended", run.outcome
+    assert host.steps_called() == [("step.begin", "a")]

@@ -46,7 +46,9 @@ class StepHost:
 
     async def __call__(self, context_id: str, method: str, args: dict[str, Any]) -> Any:
         self.calls.append((method, args))
-        if method.startswith("step."):
+        if method == "step.begin":  # asked before an effect past the invocation's limits (WF-38)
+            reply = self.methods.get(method, RESOLVE)
+        elif method.startswith("step."):
             reply = self.steps.get(args["name"], _DEFAULT_STEP[method])
         elif method == "workflow.get":
             reply = self.methods.get(method, {"id": args["id"]})
@@ -78,9 +80,15 @@ def failed(name: str, error: str = "step_failed", message: str = "boom", kind: s
 
 
 def invocation(
-    params: Any = None, completed: tuple[StepRecord, ...] = (), pending: dict[str, str] | None = None
+    params: Any = None,
+    completed: tuple[StepRecord, ...] = (),
+    pending: dict[str, str] | None = None,
+    steps_left: int | None = None,
+    lifetime_ends_at: int | None = None,
 ) -> WorkflowInvocation:
-    return WorkflowInvocation("W", "inst-1", params, {r.name: r for r in completed}, pending or {})
+    return WorkflowInvocation(
+        "W", "inst-1", params, {r.name: r for r in completed}, pending or {}, steps_left, lifetime_ends_at
+    )
 
 
 @dataclass

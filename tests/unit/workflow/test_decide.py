@@ -314,6 +314,32 @@ def test_the_step_limit_is_enforced_by_the_host() -> None:  # WF-38
     assert sim.inst is not None and sim.inst.error == ("step_limit_exceeded", "more than 3 steps")
 
 
+def test_a_step_past_the_limit_is_refused_before_its_effect() -> None:  # WF-38
+    # step.begin: the runtime asks before the effect of a step past its invocation's limits.
+    sim = running(max_steps=2)
+    sim.do("a")
+    within = sim.call("step.begin", name="b")
+    assert (within.reply, within.records, within.stop) == ({"action": "resolve"}, [], False)
+    sim.do("b")
+    dec = sim.call("step.begin", name="c")
+    assert dec.error is not None and dec.error[0] == "step_limit_exceeded" and dec.stop
+    assert not any(isinstance(x, r.StepAttemptCommitted) for x in dec.records + dec.after_stop)
+    assert sim.inst is not None and sim.inst.error == ("step_limit_exceeded", "more than 2 steps")
+
+
+def test_no_attempt_starts_past_the_lifetime() -> None:  # WF-38, WF-41
+    sim = running(lifetime_ms=60_000)
+    sim.do("a", ok=False, config={"maxAttempts": 3})  # a retry pending: "a" is begun
+    sim.now = T0 + 1000
+    sim.start()
+    assert sim.call("step.begin", name="a").reply == {"action": "resolve"}
+    sim.now = T0 + 60_000
+    dec = sim.call("step.begin", name="a")
+    assert dec.error is not None and dec.error[0] == "lifetime_exceeded" and dec.stop
+    assert sim.inst is not None and sim.inst.status == "errored" and sim.inst.error is not None
+    assert sim.inst.error[0] == "lifetime_exceeded"
+
+
 def test_the_lifetime_is_enforced_and_a_sleep_is_not_shortened() -> None:  # WF-38, WF-42
     sim = running(lifetime_ms=60_000)
     sim.call("step.sleep", name="long", seconds=3600)

@@ -52,6 +52,9 @@
   const _WeakSet = WeakSet;
   const PromiseResolve = Promise.resolve;
   const PromiseReject = Promise.reject;
+  const DateNow = Date.now;
+  const _Date = Date;
+  const clock = () => apply(DateNow, _Date, []);
   const promiseResolve = (v) => apply(PromiseResolve, _Promise, [v]);
   const promiseReject = (e) => apply(PromiseReject, _Promise, [e]);
   const never = () => new _Promise(() => {});
@@ -222,6 +225,11 @@
       for (let i = 0; i < names.length; i++) apply(MapSet, completed, [names[i], own(history, names[i])]);
       const pendingKinds = own(inv, 'pendingKinds') || {};
       let active = null; // the one unsettled live step: {name, kind}
+      // WF-38: the Host's limits as of the context start (none from an older Host: the Host judges).
+      const limit = (v) => (typeof v === 'number' ? v : Infinity);
+      const stepsLeft = limit(own(inv, 'stepsLeft'));
+      const lifetimeEndsAt = limit(own(inv, 'lifetimeEndsAt'));
+      let begun = 0; // new step names begun in this context
 
       // WF-35: uncatchable. The caller gets a Promise that never settles, the outcome is reported.
       function mismatch(message) {
@@ -269,7 +277,22 @@
         if (prior !== undefined && prior !== kind) {
           return mismatch(`step "${name}" was a ${prior} step and is now used as ${kind}`);
         }
+        if (prior === undefined) begun++;
         return null;
+      }
+
+      // WF-38: no effect starts for a step the Host would refuse. Within the limits the context
+      // started with, it starts at once; past them the Host is asked first (step.begin) and decides:
+      // past a limit it ends the instance and stops this context, and the effect never runs.
+      function cleared(name, go) {
+        const isNew = own(pendingKinds, name) === undefined;
+        if (!(isNew && begun > stepsLeft) && clock() < lifetimeEndsAt) { go(); return; }
+        const onReply = (reply) => {
+          if (finished) return;
+          if (own(reply, 'action') === 'resolve') go();
+          else suspend();
+        };
+        apply(PromiseThen, call('step.begin', { name }), [guarded(onReply), suspend]);
       }
 
       // A step call to the Host whose reply decides: resolve, reject (a genuine Host Error), suspend.
@@ -343,7 +366,7 @@
             return promiseReject(e);
           }
           active = { name, kind: 'do' }; // unsettled from here: a step started inside the effect overlaps
-          return new _Promise((resolve, reject) => {
+          return new _Promise((resolve, reject) => cleared(name, () => {
             apply(PromiseThen, attempt(effect), [guarded((outcome) => {
               if (finished) return;
               const { canonical } = outcome;
@@ -354,7 +377,7 @@
               const failure = outcome.ok ? '' : outcome.error.message;
               apply(PromiseThen, live('do', name, 'step.do', args, failure, canonical), [resolve, reject]);
             })]);
-          });
+          }));
         },
         sleep(name, seconds) {
           const early = enter('sleep', name);
