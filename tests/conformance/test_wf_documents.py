@@ -18,6 +18,7 @@ from sumi.core import pgtext
 from tests.conformance.kit import Api, Flows
 from tests.conformance.modes import engine_mode_host  # noqa: F401 (every test in both engine modes)
 from tests.hostkit import Host
+from tests.httpkit import VERSION as WORKER_VERSION
 from tests.httpkit import WORKFLOW
 
 pytestmark = pytest.mark.integration
@@ -209,3 +210,25 @@ async def test_replay_after_the_documents_is_identical(host: Host, echo: Flows) 
     await asyncio.sleep(1.0)  # the engine's last instance-count report lands first
     audit = await replay_and_compare(host.settings)
     assert audit.differences == [] and audit.quarantined == []
+
+
+async def test_nul_in_a_version_spec_and_its_failure(host: Host, api: Api) -> None:
+    # DOC-2, WF-10: Resources (spec, observed) and Operations (error) hold any string too
+    before = await quarantined(host)
+    worker = await api.worker(source=ECHO_JS, handlers=(), deploy=False)
+    source = ECHO_JS + '\nexport const odd = "a\x00b";\n'
+    uid = await api.version(worker, source, vars={"V": NUL})
+    spec = (await api.get(uid)).json()["spec"]
+    assert spec["vars"] == {"V": NUL} and spec["modules"][0]["content"] == source
+    failing = await api.post(
+        f"v-{uuid.uuid4().hex[:8]}",
+        WORKER_VERSION,
+        {
+            "worker": {"resourceUid": worker},
+            "mainModule": "worker.js",
+            "modules": [{"name": "worker.js", "content": f'throw new Error("load{NUL}failed");'}],
+        },
+    )
+    op = await api.done(failing, state="failed")
+    assert f"load{NUL}failed" in op["error"]["detail"], op
+    assert await quarantined(host) == before
