@@ -22,6 +22,9 @@ class Settings:
     allow_unwalled_python: bool = False
     runtime_walls: str = ""  # "" = the strongest this machine has; or bwrap, unshare, none
     runtime_memory_mb: int = 4096  # RLIMIT_DATA of the JavaScript runtime process
+    # Shared capacity divided among Spaces (sumi.engines.fair): the verifier's concurrent loads.
+    verify_slots: int = 8
+    verify_slots_per_space: int = 2
 
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
@@ -40,6 +43,8 @@ class Settings:
             "allow_unwalled_python": env.get("SUMI_ALLOW_UNWALLED_PYTHON", "") in ("1", "true", "yes"),
             "runtime_walls": env.get("SUMI_RUNTIME_WALLS", ""),
             "runtime_memory_mb": int(env.get("SUMI_RUNTIME_MEMORY_MB", "4096")),
+            "verify_slots": int(env.get("SUMI_VERIFY_SLOTS", "8")),
+            "verify_slots_per_space": int(env.get("SUMI_VERIFY_SLOTS_PER_SPACE", "2")),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
@@ -63,4 +68,6 @@ class Settings:
             "SUMI_ALLOW_UNWALLED_PYTHON": "1" if self.allow_unwalled_python else "",
             "SUMI_RUNTIME_WALLS": self.runtime_walls,
             "SUMI_RUNTIME_MEMORY_MB": str(self.runtime_memory_mb),
+            "SUMI_VERIFY_SLOTS": str(self.verify_slots),
+            "SUMI_VERIFY_SLOTS_PER_SPACE": str(self.verify_slots_per_space),
         }
