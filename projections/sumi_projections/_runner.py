@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import psycopg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from sumi.core import kafka
+from sumi.core import kafka, pgtext
 from sumi.core.config import Settings
 from sumi.core.kafka import Out
 
@@ -94,7 +94,10 @@ class ProjectionRunner:
     async def run(self, until: dict[int, int] | None = None, sink: Sink | None = None) -> None:
         """Project forever, or (for the audit) exactly up to `until`'s next offsets."""
         conn = await psycopg.AsyncConnection.connect(
-            self.settings.database_url, autocommit=True, options=f"-c search_path={self.settings.db_schema}"
+            self.settings.database_url,
+            autocommit=True,
+            options=f"-c search_path={self.settings.db_schema}",
+            context=pgtext.ADAPTERS,
         )
         consumer = kafka.new_consumer(self.settings)
         live = KafkaSink(self.settings) if sink is None else None

@@ -49,7 +49,7 @@ _CREATE = (
     "WHERE NOT EXISTS (SELECT 1 FROM workflow_purged p WHERE p.workflow_uid = u.w) "
     "ON CONFLICT (workflow_uid, instance_id) DO NOTHING RETURNING workflow_uid, instance_id) "
     "INSERT INTO workflow_history (workflow_uid, instance_id, seq, type, at, data) "
-    "SELECT u.w, u.i, 1, 'InstanceCreated', u.a, u.d::jsonb "
+    "SELECT u.w, u.i, 1, 'InstanceCreated', u.a, u.d::json "
     "FROM unnest(%b::text[], %b::text[], %b::timestamptz[], %b::text[]) AS u(w, i, a, d) "
     "JOIN i ON i.workflow_uid = u.w AND i.instance_id = u.i"
 )
@@ -58,7 +58,7 @@ _CREATE = (
 # before the segment; an instance whose row already holds these offsets is left out.
 _ADVANCE = (
     "UPDATE workflow_instances AS t SET history_seq = t.history_seq + u.k, last_offset = u.last_o, "
-    "updated_at = u.at, status = COALESCE(u.status, t.status), output = COALESCE(u.output::jsonb, t.output), "
+    "updated_at = u.at, status = COALESCE(u.status, t.status), output = COALESCE(u.output::json, t.output), "
     "error_reason = COALESCE(u.reason, t.error_reason), error_message = COALESCE(u.message, t.error_message) "
     "FROM unnest(%b::text[], %b::text[], %b::int[], %b::bigint[], %b::bigint[], %b::timestamptz[], %b::text[], "
     "%b::text[], %b::text[], %b::text[]) AS u(w, i, k, first_o, last_o, at, status, output, reason, message) "
@@ -68,7 +68,7 @@ _ADVANCE = (
 
 _HISTORY = (
     "INSERT INTO workflow_history (workflow_uid, instance_id, seq, type, at, data) "
-    "SELECT w, i, q, y, a, d::jsonb FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[], "
+    "SELECT w, i, q, y, a, d::json FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[], "
     "%b::timestamptz[], %b::text[]) AS u(w, i, q, y, a, d)"
 )
 

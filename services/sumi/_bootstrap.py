@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 from aiokafka import AIOKafkaProducer
 
-from sumi.core import codec, ids
+from sumi.core import codec, ids, pgtext
 from sumi.core.commands import TokenCreate, submitted
 from sumi.core.config import Settings
 from sumi.core.topics import ADMIN_KEY, ensure_topics, partition_for
@@ -38,7 +38,10 @@ async def issue_admin_token(settings: Settings, token: str, timeout: float = 60.
     """Issue `token` to principal `admin` through the control log, unless it is known already."""
     token_hash = hashlib.sha256(token.encode()).hexdigest()
     async with await psycopg.AsyncConnection.connect(
-        settings.database_url, autocommit=True, options=f"-c search_path={settings.db_schema}"
+        settings.database_url,
+        autocommit=True,
+        options=f"-c search_path={settings.db_schema}",
+        context=pgtext.ADAPTERS,
     ) as conn:
         known = await (await conn.execute("SELECT 1 FROM tokens WHERE token_hash = %s", (token_hash,))).fetchone()
         if known:

@@ -12,6 +12,7 @@ import time
 
 import psycopg
 
+from sumi.core import pgtext
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi_projections import drop, migrate, runners
@@ -51,7 +52,7 @@ async def replay_and_compare(settings: Settings, timeout: float = 120.0) -> Audi
 
 
 async def _live_offsets(settings: Settings) -> dict[tuple[str, str], dict[int, int]]:
-    async with await psycopg.AsyncConnection.connect(settings.database_url) as conn:
+    async with await psycopg.AsyncConnection.connect(settings.database_url, context=pgtext.ADAPTERS) as conn:
         rows = await (
             await conn.execute(
                 f'SELECT projection, topic, partition, next_offset FROM "{settings.db_schema}".projection_offsets'
@@ -65,7 +66,7 @@ async def _live_offsets(settings: Settings) -> dict[tuple[str, str], dict[int, i
 
 async def _differences(settings: Settings, live: str, replay: str) -> list[str]:
     out = []
-    async with await psycopg.AsyncConnection.connect(settings.database_url) as conn:
+    async with await psycopg.AsyncConnection.connect(settings.database_url, context=pgtext.ADAPTERS) as conn:
         tables = [
             t
             for (t,) in await (
@@ -76,11 +77,12 @@ async def _differences(settings: Settings, live: str, replay: str) -> list[str]:
             if t not in SKIP
         ]
         for table in tables:
+            # Rows compared as their text: `json` (documents kept verbatim) has no equality.
             for a, b in ((live, replay), (replay, live)):
                 rows = await (
                     await conn.execute(
-                        f'SELECT count(*) FROM (SELECT * FROM "{a}"."{table}" EXCEPT ALL '
-                        f'SELECT * FROM "{b}"."{table}") d'
+                        f'SELECT count(*) FROM (SELECT t::text FROM "{a}"."{table}" t EXCEPT ALL '
+                        f'SELECT t::text FROM "{b}"."{table}" t) d'
                     )
                 ).fetchone()
                 if rows and rows[0]:

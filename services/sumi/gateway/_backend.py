@@ -15,6 +15,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 
+from sumi.core import pgtext
 from sumi.core.config import Settings
 from sumi.core.topics import MAX_RECORD_BYTES, partition_for
 
@@ -40,7 +41,7 @@ class Backend:
             min_size=2,
             max_size=16,
             timeout=5.0,
-            kwargs={"options": f"-c search_path={s.db_schema}", "autocommit": True},
+            kwargs={"options": f"-c search_path={s.db_schema}", "autocommit": True, "context": pgtext.ADAPTERS},
         )
         await self._pool.open(wait=False)
         self._producer = await _start_producer(s, kafka_wait)

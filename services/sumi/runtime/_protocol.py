@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -85,10 +86,19 @@ class Invocation:
         return cls(str(frame["batch"]["id"]), queues, workflows)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _str(value: Any, what: str, limit: int, ctx: str | None) -> str:
     if not isinstance(value, str) or len(value) > limit:
         raise ProtocolError(f"{what} must be a string of at most {limit} characters", ctx)
     return value
+
+
+def _text(value: Any, what: str, limit: int, ctx: str | None) -> str:
+    """An error's name or message, made well-formed: a JS string may hold lone surrogates (or a
+    cut pair), which no record can carry; each becomes U+FFFD, as `String.prototype.toWellFormed`."""
+    return _LONE_SURROGATE.sub("\ufffd", _str(value, what, limit, ctx))
 
 
 def _int(value: Any, what: str, low: int, high: int, ctx: str | None) -> int:
@@ -207,8 +217,10 @@ def _step(required: set[str], optional: set[str]) -> Callable[[str, Any, Invocat
                     _document(args["result"], f"{method}: result", ctx)
             elif args["ok"] is False and "result" not in args and "error" in args:
                 error = _exact(args["error"], {"name", "message"}, set(), f"{method}: error", ctx)
-                _str(error["name"], f"{method}: error.name", MAX_ERROR_TEXT, ctx)
-                _str(error["message"], f"{method}: error.message", MAX_ERROR_TEXT, ctx)
+                checked["error"] = {
+                    "name": _text(error["name"], f"{method}: error.name", MAX_ERROR_TEXT, ctx),
+                    "message": _text(error["message"], f"{method}: error.message", MAX_ERROR_TEXT, ctx),
+                }
             else:
                 raise ProtocolError(f"{method}: ok with a result, or not ok with an error", ctx)
         return checked
@@ -313,14 +325,14 @@ def _error(value: Any, ctx: str | None) -> dict[str, Any]:
     if not isinstance(host_error, bool):
         raise ProtocolError("error.hostError must be a boolean", ctx)
     return {
-        "name": _str(value.get("name"), "error.name", MAX_ERROR_TEXT, ctx),
-        "message": _str(value.get("message", ""), "error.message", MAX_ERROR_TEXT, ctx),
+        "name": _text(value.get("name"), "error.name", MAX_ERROR_TEXT, ctx),
+        "message": _text(value.get("message", ""), "error.message", MAX_ERROR_TEXT, ctx),
         "hostError": host_error,
     }
 
 
 def _load_error(value: Any, ctx: str | None) -> str | None:
-    return None if value is None else _str(value, "loadError", MAX_ERROR_TEXT * 2, ctx)
+    return None if value is None else _text(value, "loadError", MAX_ERROR_TEXT * 2, ctx)
 
 
 def _workflow_outcome(frame: Mapping[str, Any], ctx: str | None) -> dict[str, Any]:
@@ -337,7 +349,7 @@ def _workflow_outcome(frame: Mapping[str, Any], ctx: str | None) -> dict[str, An
             raise ProtocolError(f"workflow output: {e}", ctx) from None
         return {"op": "invoke_result", "kind": kind, "output": frame["output"]}
     if kind == "errored" and frame.get("reason") in WORKFLOW_REASONS:
-        message = _str(frame.get("message", ""), "message", MAX_ERROR_TEXT, ctx)
+        message = _text(frame.get("message", ""), "message", MAX_ERROR_TEXT, ctx)
         return {"op": "invoke_result", "kind": kind, "reason": frame["reason"], "message": message}
     raise ProtocolError("a workflow outcome needs a known kind (and reason)", ctx)
 
