@@ -22,6 +22,9 @@ class Settings:
     allow_unwalled_python: bool = False
     runtime_walls: str = ""  # "" = the strongest this machine has; or bwrap, unshare, none
     runtime_memory_mb: int = 4096  # RLIMIT_DATA of the JavaScript runtime process
+    # CPU time per invocation of a queue or workflow context (forms.md; what an invocation of a
+    # workflow is: docs/decisions.md). The verifier keeps its own, smaller one.
+    runtime_cpu_ms: int = 30_000
 
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
@@ -40,6 +43,7 @@ class Settings:
             "allow_unwalled_python": env.get("SUMI_ALLOW_UNWALLED_PYTHON", "") in ("1", "true", "yes"),
             "runtime_walls": env.get("SUMI_RUNTIME_WALLS", ""),
             "runtime_memory_mb": int(env.get("SUMI_RUNTIME_MEMORY_MB", "4096")),
+            "runtime_cpu_ms": int(env.get("SUMI_RUNTIME_CPU_MS", "30000")),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
@@ -63,4 +67,5 @@ class Settings:
             "SUMI_ALLOW_UNWALLED_PYTHON": "1" if self.allow_unwalled_python else "",
             "SUMI_RUNTIME_WALLS": self.runtime_walls,
             "SUMI_RUNTIME_MEMORY_MB": str(self.runtime_memory_mb),
+            "SUMI_RUNTIME_CPU_MS": str(self.runtime_cpu_ms),
         }
