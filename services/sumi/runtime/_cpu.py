@@ -22,8 +22,8 @@ from pathlib import Path
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 MIN_LOOK_S, MAX_LOOK_S = 0.01, 0.5
 CPUS = os.cpu_count() or 1
-# The most budgets an honest context spends over its life: a workflow execution has one for its
-# replay and each step it replays, and one per live step, 1 + WF-38's 1024 steps in all; a queue
+# The most budgets an honest context spends over its life: a workflow execution has one until its
+# first step completes and one after each (WF-38: at most 1024 steps), plus one to spare; a queue
 # context that comes near it is not reused (PyContext).
 LIFE_BUDGETS = 1 + 1024 + 1
 

@@ -100,12 +100,11 @@ class PyContext:
         self._wall_deadline = 0.0
         self._steps: set[str] = set()  # step names completed for this execution
 
-    def start_budget(self, budgets: int = 1) -> None:
-        """CPU and wall from now on count against a fresh budget (``budgets`` of them: a replay
-        gets one per step it replays, as the live run had)."""
+    def start_budget(self) -> None:
+        """CPU and wall from now on count against a fresh budget."""
         self._wall_deadline = asyncio.get_running_loop().time() + self._limits.wall_ms / 1000
         if self._channel.proc is not None and self.stop_reason is None:
-            self._meter.start(self, self._channel.proc.pid, self._limits.cpu_ms * budgets, self._over_cpu)
+            self._meter.start(self, self._channel.proc.pid, self._limits.cpu_ms, self._over_cpu)
 
     def _over_cpu(self) -> None:
         self._forced_reason = self._forced_reason or "cpu_limit"
@@ -152,15 +151,13 @@ class PyContext:
             return LoadInfo(load_error=f"context stopped: {self.stop_reason or 'stopped'}")
         return LoadInfo.from_wire(reply)
 
-    async def _invoke(
-        self, frame: dict[str, Any], host_call: HostCall | None, budgets: int = 1
-    ) -> dict[str, Any] | None:
+    async def _invoke(self, frame: dict[str, Any], host_call: HostCall | None) -> dict[str, Any] | None:
         """One invocation under the limits; None when the context is (or got) stopped."""
         if host_call is not None:
             self._host = host_call
         if self.stop_reason is not None:
             return None
-        self.start_budget(budgets)
+        self.start_budget()
         request = asyncio.ensure_future(self._channel.request({**frame, "contextId": self.id}))
         try:
             while not await self._within_wall(request):
@@ -195,7 +192,7 @@ class PyContext:
     ) -> WorkflowOutcome:
         frame = {"op": "invoke_workflow", "invocation": inv.to_wire(), "env": env.to_wire()}
         self._steps = set(inv.completed)
-        reply = await self._invoke(frame, host_call, 1 + len(inv.completed))
+        reply = await self._invoke(frame, host_call)
         if reply is None:
             reason = self.stop_reason or "stopped"
             return WorkflowOutcome("stopped", reason=reason, message=f"context stopped: {reason}")

@@ -11,7 +11,7 @@ import pytest
 
 from sumi.runtime import InvokeResult, Limits, PyRuntime
 from tests.unit.runtime.runtime_testkit import ENV, Host, batch, py, py_queue
-from tests.unit.runtime.workflow_testkit import Workflows, done, invocation, js_run, py_run, wf
+from tests.unit.runtime.workflow_testkit import Workflows, js_run, py_run, wf
 
 __all__ = ["wf"]  # the fixture, parametrized over javascript and python
 
@@ -55,20 +55,6 @@ async def test_one_step_over_the_budget_stops_the_context(wf: Workflows) -> None
     run = await wf.run(js, py, limits=BUDGET)
     assert (run.outcome.kind, run.outcome.reason) == ("stopped", "cpu_limit"), run.outcome
     assert run.host.steps_called() == []  # the first effect never finished
-
-
-async def test_a_replay_gets_a_budget_per_replayed_step(wf: Workflows) -> None:  # WF-36, WF-45
-    # run() itself burns between its steps: a live run spends one budget on each stretch, so
-    # replaying five completed steps (their effects not run again) may spend five as well.
-    burn = BUDGET_MS * 40 // 100
-    js = js_run(
-        f"for (let i = 0; i < 6; i++) {{ burn({burn}); await step.do(`s${{i}}`, async () => ({{ i }})); }}", JS_BURN
-    )
-    py = py_run(f'for i in range(6):\n    burn({burn})\n    await step.do(f"s{{i}}", lambda: {{"i": i}})', PY_BURN)
-    replayed = tuple(done(f"s{i}", result={"i": i}) for i in range(5))
-    run = await wf.run(js, py, invocation(completed=replayed), limits=BUDGET)
-    assert run.outcome.kind == "complete", run.outcome
-    assert run.host.steps_called() == [("step.do", "s5")]
 
 
 async def test_run_code_after_a_step_has_one_budget(wf: Workflows) -> None:  # WF-45

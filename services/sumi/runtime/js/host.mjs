@@ -170,7 +170,6 @@ class Context {
     this.exited = false;
     this.nextInvocation = 1;
     this.budgetStart = 0;
-    this.budgetMs = this.limits.cpuMs;
     this.wallStart = Date.now();
     this.stepCalls = new Map(); // callId -> step name, of step calls the Host has not answered
     this.steps = new Set();     // step names this context's execution has seen completed
@@ -184,15 +183,13 @@ class Context {
 
   // The CPU and wall budgets run from here to the next start: an invocation,
   // or (in a workflow) the Host's answer that completes a step (docs/decisions.md).
-  // `budgets`: a replay gets one for each step it replays, as the live run had.
-  startBudget(budgets = 1) {
+  startBudget() {
     this.budgetStart = this.cell.usedMs(this.slot);
-    this.budgetMs = this.limits.cpuMs * budgets;
     this.wallStart = Date.now();
   }
   checkBudget() {
     if (this.stopReason) return;
-    if (this.cell.usedMs(this.slot) - this.budgetStart > this.budgetMs) this.decideStop('cpu_limit');
+    if (this.cell.usedMs(this.slot) - this.budgetStart > this.limits.cpuMs) this.decideStop('cpu_limit');
     else if (this.limits.wallMs && Date.now() - this.wallStart > this.limits.wallMs) this.decideStop('wall_limit');
   }
 
@@ -221,9 +218,8 @@ class Context {
     }
     const invocationId = this.nextInvocation++;
     this.invocations.set(invocationId, reqId);
-    const completed = message.type === 'invoke_workflow' ? Object.keys(message.invocation?.completed ?? {}) : [];
-    this.steps = new Set(completed);
-    this.startBudget(1 + completed.length);
+    this.steps = new Set(message.type === 'invoke_workflow' ? Object.keys(message.invocation?.completed ?? {}) : []);
+    this.startBudget();
     this.cell.post({ ...message, ctx: this.id, invocationId });
   }
 
