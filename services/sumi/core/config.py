@@ -25,6 +25,9 @@ class Settings:
     # CPU time per invocation of a queue or workflow context (forms.md; what an invocation of a
     # workflow is: docs/decisions.md). The verifier keeps its own, smaller one.
     runtime_cpu_ms: int = 30_000
+    # Shared capacity divided among Spaces (sumi.engines.fair): the verifier's concurrent loads.
+    verify_slots: int = 8
+    verify_slots_per_space: int = 2
 
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
@@ -44,6 +47,8 @@ class Settings:
             "runtime_walls": env.get("SUMI_RUNTIME_WALLS", ""),
             "runtime_memory_mb": int(env.get("SUMI_RUNTIME_MEMORY_MB", "4096")),
             "runtime_cpu_ms": int(env.get("SUMI_RUNTIME_CPU_MS", "30000")),
+            "verify_slots": int(env.get("SUMI_VERIFY_SLOTS", "8")),
+            "verify_slots_per_space": int(env.get("SUMI_VERIFY_SLOTS_PER_SPACE", "2")),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
@@ -68,4 +73,6 @@ class Settings:
             "SUMI_RUNTIME_WALLS": self.runtime_walls,
             "SUMI_RUNTIME_MEMORY_MB": str(self.runtime_memory_mb),
             "SUMI_RUNTIME_CPU_MS": str(self.runtime_cpu_ms),
+            "SUMI_VERIFY_SLOTS": str(self.verify_slots),
+            "SUMI_VERIFY_SLOTS_PER_SPACE": str(self.verify_slots_per_space),
         }
