@@ -28,6 +28,9 @@ class Settings:
     allow_unwalled_python: bool = False
     runtime_walls: str = ""  # "" = the strongest this machine has; or bwrap, unshare, none
     runtime_memory_mb: int = 4096  # RLIMIT_DATA of the JavaScript runtime process
+    # CPU time per invocation of a queue or workflow context (forms.md; what an invocation of a
+    # workflow is: docs/decisions.md). The verifier keeps its own, smaller one.
+    runtime_cpu_ms: int = 30_000
     # Shared capacity divided among Spaces (sumi.engines.fair): the verifier's concurrent loads.
     verify_slots: int = 8
     verify_slots_per_space: int = 2
@@ -73,6 +76,7 @@ class Settings:
             "allow_unwalled_python": env.get("SUMI_ALLOW_UNWALLED_PYTHON", "") in ("1", "true", "yes"),
             "runtime_walls": env.get("SUMI_RUNTIME_WALLS", ""),
             "runtime_memory_mb": int(env.get("SUMI_RUNTIME_MEMORY_MB", "4096")),
+            "runtime_cpu_ms": int(env.get("SUMI_RUNTIME_CPU_MS", "30000")),
             "verify_slots": int(env.get("SUMI_VERIFY_SLOTS", "8")),
             "verify_slots_per_space": int(env.get("SUMI_VERIFY_SLOTS_PER_SPACE", "2")),
             "workflow_contexts": int(env.get("SUMI_WORKFLOW_CONTEXTS", "256")),
@@ -103,6 +107,7 @@ class Settings:
             "SUMI_ALLOW_UNWALLED_PYTHON": "1" if self.allow_unwalled_python else "",
             "SUMI_RUNTIME_WALLS": self.runtime_walls,
             "SUMI_RUNTIME_MEMORY_MB": str(self.runtime_memory_mb),
+            "SUMI_RUNTIME_CPU_MS": str(self.runtime_cpu_ms),
             "SUMI_VERIFY_SLOTS": str(self.verify_slots),
             "SUMI_VERIFY_SLOTS_PER_SPACE": str(self.verify_slots_per_space),
             "SUMI_WORKFLOW_CONTEXTS": str(self.workflow_contexts),

@@ -16,7 +16,7 @@ from sumi.core import records as r
 from sumi.engines.sends import sent
 from sumi.queue import _decide as d
 from sumi.queue._control import Code, Consumer
-from sumi.runtime import EnvSpec, HostError, Module, QueueBatch, QueueMessage
+from sumi.runtime import EnvSpec, HostError, Limits, Module, QueueBatch, QueueMessage
 
 if TYPE_CHECKING:
     from sumi.queue.engine import Engine
@@ -136,7 +136,12 @@ class BatchRun:
         """A fresh context, started while the BatchDelivered commits."""
         rt = await self.engine.runtime(code.runtime, code.space)
         starting = asyncio.ensure_future(
-            rt.start_context([Module(n, c) for n, c in code.modules], code.main_module, host_call=self.host_call)
+            rt.start_context(
+                [Module(n, c) for n, c in code.modules],
+                code.main_module,
+                Limits(cpu_ms=self.engine.settings.runtime_cpu_ms),
+                host_call=self.host_call,
+            )
         )
         try:
             await self.committed  # QC-43: recorded before the handler starts

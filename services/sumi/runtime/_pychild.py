@@ -6,7 +6,7 @@ write any frame on the channel. The parent starts it behind the OS walls
 view of only the interpreter, the runtime's code and the Version) and checks
 every frame it writes (``_protocol``). The process boundary also gives the
 ABI's other guarantees: a fresh interpreter per context (no state survives
-between contexts, WF-32), CPU and memory limits, and a physical stop (SIGKILL)
+between contexts, WF-32), a memory limit, CPU measured from outside, and a physical stop (SIGKILL)
 the Host can confirm (WF-26, WF-46).
 
 Run as ``python -m sumi.runtime._pychild``; frames on stdin/stdout as in
@@ -20,7 +20,6 @@ import importlib
 import json
 import os
 import resource
-import signal
 import sys
 from typing import Any
 
@@ -29,29 +28,14 @@ from ._pyabi import EXIT_HEAP_LIMIT, MAX_ERROR_TEXT, MAX_LOG_TEXT, PACKAGE, Abi,
 
 
 class Limits:
-    """CPU: ITIMER_PROF, whose SIGPROF kills the process by default action even
-    inside C code; RLIMIT_CPU (whole seconds) backstops it, including CPU burnt
-    by background tasks between invocations. Memory: RLIMIT_AS, so allocation
-    beyond the budget raises MemoryError, which ends the process; one process
-    and a bounded number of threads (``_confine``), so it holds for the context
-    as a whole."""
+    """Memory: RLIMIT_AS, so allocation beyond the budget raises MemoryError, which ends the
+    process; one process and a bounded number of threads (``_confine``), so it holds for the
+    context as a whole. CPU is not limited here: worker code owns this process and could lift any
+    timer or soft limit set in it, so the Host measures and stops it from outside (``_cpu``)."""
 
-    def __init__(self, cpu_ms: int, heap_mb: int) -> None:
-        self.cpu_s = max(cpu_ms, 1) / 1000
-        signal.signal(signal.SIGPROF, signal.SIG_DFL)
-        signal.signal(signal.SIGXCPU, signal.SIG_DFL)
+    def __init__(self, heap_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (_address_space() + heap_mb * 1024 * 1024,) * 2)
         _confine.confine()
-
-    def arm(self) -> None:
-        signal.setitimer(signal.ITIMER_PROF, self.cpu_s)
-        used = resource.getrusage(resource.RUSAGE_SELF)
-        spent = int(used.ru_utime + used.ru_stime)
-        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
-        resource.setrlimit(resource.RLIMIT_CPU, (spent + int(self.cpu_s) + 2, hard))
-
-    def disarm(self) -> None:
-        signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 def _address_space() -> int:
@@ -82,18 +66,15 @@ class Child:
     def start(self, frame: dict[str, Any]) -> None:
         self.context_id = str(frame["contextId"])
         limits = frame.get("limits") or {}
-        self.limits = Limits(int(limits.get("cpuMs") or 30000), int(limits.get("heapMb") or 128))
+        self.limits = Limits(int(limits.get("heapMb") or 128))
         sys.path.insert(0, str(frame["root"]))
         main = str(frame["mainModule"]).removesuffix(".py").replace("/", ".")
-        self.limits.arm()
         try:
             self.main = importlib.import_module(f"{PACKAGE}.{main}")
         except MemoryError:
             raise
         except BaseException as e:  # a broken Version is data, not a crash
             self.load_error = truncate(f"{type(e).__name__}: {e}", MAX_ERROR_TEXT)
-        finally:
-            self.limits.disarm()
         self.send({"op": "started", "reqId": frame["reqId"], "loadError": self.load_error})
 
     def load_info(self, frame: dict[str, Any]) -> None:
@@ -105,16 +86,11 @@ class Child:
         self.send(reply)
 
     async def invoke(self, frame: dict[str, Any]) -> None:
-        """invoke_queue or invoke_workflow, under the CPU limit; one invoke_result frame."""
-        assert self.limits is not None
-        self.limits.arm()
-        try:
-            if frame["op"] == "invoke_queue":
-                result = await self.abi.invoke_queue(self.main, self.load_error, frame["batch"], frame["env"])
-            else:
-                result = await self.abi.invoke_workflow(self.main, self.load_error, frame["invocation"], frame["env"])
-        finally:
-            self.limits.disarm()
+        """invoke_queue or invoke_workflow; one invoke_result frame."""
+        if frame["op"] == "invoke_queue":
+            result = await self.abi.invoke_queue(self.main, self.load_error, frame["batch"], frame["env"])
+        else:
+            result = await self.abi.invoke_workflow(self.main, self.load_error, frame["invocation"], frame["env"])
         self.send({"op": "invoke_result", "reqId": frame["reqId"], "contextId": self.context_id, **result})
 
     async def serve(self) -> None:

@@ -24,12 +24,14 @@ import rfc8785
 
 from . import _walls
 from ._channel import EXITED, Channel
+from ._cpu import CpuMeter, capped, life_s, tree_cpu
 from ._jshost import RuntimeUnavailable
 from ._pyabi import EXIT_HEAP_LIMIT, PACKAGE
 from .types import (
     DEFAULT_LIMITS,
     EnvSpec,
     HostCall,
+    HostError,
     InvokeResult,
     Limits,
     LoadInfo,
@@ -70,6 +72,10 @@ def write_package(root: Path, modules: Sequence[Module]) -> None:
 
 
 class PyContext:
+    """One child process. Its CPU and wall budgets are kept here, in the Host: each runs from an
+    invocation's start, or from the Host's answer that completes a workflow step, to the next
+    such start (docs/decisions.md), and the CPU is that of all its processes (``_cpu``)."""
+
     def __init__(
         self,
         channel: Channel,
@@ -78,20 +84,58 @@ class PyContext:
         limits: Limits,
         host_call: HostCall | None,
         forget: Callable[[PyContext], None],
+        meter: CpuMeter,
     ) -> None:
         self.id = context_id
         self._forget = forget
-        self.host_call = host_call
+        self._host = host_call
+        self.host_call: HostCall | None = self._call  # what the channel calls: _call, metered
         self.host_tasks: set[asyncio.Task[None]] = set()
         self.stop_reason: str | None = None
         self._forced_reason: str | None = None
         self._channel = channel
         self._root = root
         self._limits = limits
+        self._meter = meter
+        self._wall_deadline = 0.0
+        self._steps: set[str] = set()  # step names completed for this execution
+
+    def start_budget(self) -> None:
+        """CPU and wall from now on count against a fresh budget."""
+        self._wall_deadline = asyncio.get_running_loop().time() + self._limits.wall_ms / 1000
+        if self._channel.proc is not None and self.stop_reason is None:
+            self._meter.start(self, self._channel.proc.pid, self._limits.cpu_ms, self._over_cpu)
+
+    def _over_cpu(self) -> None:
+        self._forced_reason = self._forced_reason or "cpu_limit"
+        asyncio.get_running_loop().create_task(self.stop())
+
+    async def _call(self, context_id: str, method: str, args: dict[str, Any]) -> Any:
+        if self._host is None:
+            raise HostError("unsupported", f"no host handler for {method}")
+        value = await self._host(context_id, method, args)
+        if method.startswith("step.") and self._completes(args.get("name"), value):
+            self.start_budget()
+        return value
+
+    def _completes(self, name: Any, value: Any) -> bool:
+        # Only the first answer that completes a name is a step the Host recorded (at most
+        # WF-38's count of them); a completed name can be asked again, for nothing.
+        action = value.get("action") if isinstance(value, dict) else None
+        if action not in ("resolve", "reject") or not isinstance(name, str) or name in self._steps:
+            return False
+        self._steps.add(name)
+        return True
+
+    def _worn(self) -> bool:
+        """Less than a budget left of the hard limit on its life: the next batch could die of it."""
+        proc = self._channel.proc
+        return proc is not None and tree_cpu(proc.pid) > life_s(self._limits.cpu_ms) - self._limits.cpu_ms / 1000
 
     def on_stopped(self, reason: str) -> None:
         if self.stop_reason is None:
             self.stop_reason = self._forced_reason or reason
+        self._meter.forget(self)
         for task in list(self.host_tasks):
             task.cancel()
         shutil.rmtree(self._root, ignore_errors=True)
@@ -108,22 +152,36 @@ class PyContext:
         return LoadInfo.from_wire(reply)
 
     async def _invoke(self, frame: dict[str, Any], host_call: HostCall | None) -> dict[str, Any] | None:
-        """One invocation under the wall limit; None when the context is (or got) stopped."""
+        """One invocation under the limits; None when the context is (or got) stopped."""
         if host_call is not None:
-            self.host_call = host_call
+            self._host = host_call
         if self.stop_reason is not None:
             return None
-        wall = self._limits.wall_ms / 1000 if self._limits.wall_ms else None
+        self.start_budget()
+        request = asyncio.ensure_future(self._channel.request({**frame, "contextId": self.id}))
         try:
-            reply = await asyncio.wait_for(self._channel.request({**frame, "contextId": self.id}), wall)
-        except TimeoutError:
-            self._forced_reason = "wall_limit"
-            await self.stop()
-            return None
+            while not await self._within_wall(request):
+                if asyncio.get_running_loop().time() >= self._wall_deadline:
+                    self._forced_reason = self._forced_reason or "wall_limit"
+                    await self.stop()
+                    break
+        finally:
+            request.cancel()
+        reply = request.result() if request.done() and not request.cancelled() else EXITED
         return None if reply is EXITED else reply
+
+    async def _within_wall(self, request: asyncio.Future[dict[str, Any]]) -> bool:
+        """Whether the request ended before the wall budget's deadline (which a step may move)."""
+        if not self._limits.wall_ms:
+            await asyncio.wait({request})
+        else:
+            await asyncio.wait({request}, timeout=max(self._wall_deadline - asyncio.get_running_loop().time(), 0))
+        return request.done()
 
     async def invoke_queue(self, batch: QueueBatch, env: EnvSpec, host_call: HostCall | None = None) -> InvokeResult:
         reply = await self._invoke({"op": "invoke_queue", "batch": batch.to_wire(), "env": env.to_wire()}, host_call)
+        if reply is not None and self._worn():
+            await self.stop()  # its result stands; it is not reused
         if reply is None:
             reason = self.stop_reason or "stopped"
             return InvokeResult.stopped(reason, f"context stopped: {reason}")  # type: ignore[arg-type]
@@ -133,6 +191,7 @@ class PyContext:
         self, inv: WorkflowInvocation, env: EnvSpec, host_call: HostCall | None = None
     ) -> WorkflowOutcome:
         frame = {"op": "invoke_workflow", "invocation": inv.to_wire(), "env": env.to_wire()}
+        self._steps = set(inv.completed)
         reply = await self._invoke(frame, host_call)
         if reply is None:
             reason = self.stop_reason or "stopped"
@@ -160,6 +219,7 @@ class PyRuntime:
         self._python, self._python_ro = (python, []) if python else _walls.python_for_sandbox()
         self._staged: Path | None = None
         self._contexts: set[PyContext] = set()
+        self._meter = CpuMeter()
 
     async def start(self) -> None:
         return None  # nothing shared: each context is its own process
@@ -205,7 +265,7 @@ class PyRuntime:
             stderr_level=logging.INFO,
             cwd=str(root),
             env=wall.env(env),
-            preexec_fn=wall.preexec(),
+            preexec_fn=capped(wall.preexec(), limits.cpu_ms),
             launcher=wall.kind != "none",
             **_walls.user(),
         )
@@ -227,10 +287,11 @@ class PyRuntime:
         except (ValueError, RuntimeUnavailable):
             shutil.rmtree(root, ignore_errors=True)
             raise
-        ctx = PyContext(channel, context_id, root, limits, host_call, self._contexts.discard)
+        ctx = PyContext(channel, context_id, root, limits, host_call, self._contexts.discard, self._meter)
         await channel.start()
         channel.contexts[context_id] = ctx
         self._contexts.add(ctx)
+        ctx.start_budget()  # the Version's top level runs at the start
         reply = await channel.request(
             {
                 "op": "start_context",

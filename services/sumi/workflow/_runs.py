@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sumi.control.state import VersionView
 from sumi.core import ids
 from sumi.engines.sends import sent
-from sumi.runtime import EnvSpec, HostError, Module
+from sumi.runtime import EnvSpec, HostError, Limits, Module
 from sumi.runtime.allocation import pick_version
 from sumi.runtime.types import StepRecord, WorkflowInvocation, WorkflowOutcome
 from sumi.workflow import _decide as d
@@ -129,6 +129,7 @@ class ContextRun:
             rt.start_context(
                 [Module(n, c) for n, c in code.modules],
                 code.main_module,
+                Limits(cpu_ms=self.engine.settings.runtime_cpu_ms),
                 host_call=self.call,
                 share=None if self.solo else code.uid,
             )

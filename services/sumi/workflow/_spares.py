@@ -16,7 +16,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from sumi.control.state import VersionView
-from sumi.runtime import Module
+from sumi.runtime import Limits, Module
 
 if TYPE_CHECKING:
     from sumi.workflow.engine import Engine
@@ -54,7 +54,9 @@ class Spares:
     async def _start(self, code: VersionView) -> None:
         try:
             rt = await self.engine.runtime(code.runtime, code.space)
-            ctx = await rt.start_context([Module(n, c) for n, c in code.modules], code.main_module, share=code.uid)
+            modules = [Module(n, c) for n, c in code.modules]
+            limits = Limits(cpu_ms=self.engine.settings.runtime_cpu_ms)
+            ctx = await rt.start_context(modules, code.main_module, limits, share=code.uid)
         except Exception as exc:  # no spare then: executions start their own
             log.warning("starting a spare context of %s: %r", code.uid, exc)
             return

@@ -116,9 +116,10 @@ class Workflows:
         host: StepHost | None = None,
         env: EnvSpec | None = None,
         keep: bool = False,
+        limits: Limits | None = None,
     ) -> Run:
         host = host or StepHost()
-        ctx = await self.runtime.start_context(self.modules(js, py), self.main, Limits(cpu_ms=5000), host)
+        ctx = await self.runtime.start_context(self.modules(js, py), self.main, limits or Limits(cpu_ms=5000), host)
         outcome = await asyncio.wait_for(ctx.invoke_workflow(inv or invocation(), env or EnvSpec(), host), 30)
         if not keep:
             await ctx.stop()

@@ -175,6 +175,8 @@ class Context {
     this.nextInvocation = 1;
     this.budgetStart = 0;
     this.wallStart = Date.now();
+    this.stepCalls = new Map(); // callId -> step name, of step calls the Host has not answered
+    this.steps = new Set();     // step names this context's execution has seen completed
     this.droppedLogs = 0;
     this.dropTimer = null;
     this.ready = new Promise((resolve) => { this.resolveReady = resolve; });
@@ -183,6 +185,8 @@ class Context {
     this.startBudget();
   }
 
+  // The CPU and wall budgets run from here to the next start: an invocation,
+  // or (in a workflow) the Host's answer that completes a step (docs/decisions.md).
   startBudget() {
     this.budgetStart = this.cell.usedMs(this.slot);
     this.wallStart = Date.now();
@@ -218,6 +222,7 @@ class Context {
     }
     const invocationId = this.nextInvocation++;
     this.invocations.set(invocationId, reqId);
+    this.steps = new Set(message.type === 'invoke_workflow' ? Object.keys(message.invocation?.completed ?? {}) : []);
     this.startBudget();
     this.cell.post({ ...message, ctx: this.id, invocationId });
   }
@@ -242,6 +247,20 @@ class Context {
     this.stopReason = reason;
     this.stopError = error;
     this.resolveReady({ loadError: `context stopped: ${reason}` });
+  }
+
+  // A step call the Host answered. Only the first answer that completes a step
+  // name starts a new budget: every such answer is a step the Host recorded
+  // (at most WF-38's count), whereas a completed name can be asked again for free.
+  stepAnswered(callId, ok, value) {
+    const name = this.stepCalls.get(callId);
+    if (name === undefined) return;
+    this.stepCalls.delete(callId);
+    const action = ok && value !== null && typeof value === 'object' ? value.action : undefined;
+    if ((action === 'resolve' || action === 'reject') && !this.steps.has(name)) {
+      this.steps.add(name);
+      this.startBudget();
+    }
   }
 
   // The context's code can never run toward the host again: dropped by its
@@ -285,6 +304,7 @@ const fromWorker = {
   },
   host_call(c, m) {
     if (!isId(m.callId) || typeof m.method !== 'string') return true;
+    if (m.method.startsWith('step.') && typeof m.args?.name === 'string') c.stepCalls.set(m.callId, m.args.name);
     return send({ op: 'host_call', contextId: c.id, callId: m.callId, method: m.method, args: m.args });
   },
   invoke_result(c, m) {
@@ -347,6 +367,7 @@ const ops = {
   },
   async host_reply(f) {
     const c = contexts.get(f.contextId);
+    if (c && !c.stopReason) c.stepAnswered(f.callId, f.ok, f.value);
     if (c && !c.stopReason) c.cell.post({ type: 'host_reply', ctx: c.id, callId: f.callId, ok: f.ok, value: f.value, error: f.error });
     return null;
   },
