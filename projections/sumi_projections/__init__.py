@@ -2,6 +2,7 @@
 
 from sumi.core.config import Settings
 from sumi_projections import control, quarantine, queue, workflow
+from sumi_projections._keys import Keys
 from sumi_projections._migrate import drop, migrate
 from sumi_projections._runner import ProjectionRunner, run_all
 
@@ -11,7 +12,8 @@ def runners(settings: Settings) -> list[ProjectionRunner]:
         ProjectionRunner(settings, "control", settings.topic("control"), control.apply),
         ProjectionRunner(settings, "queue", settings.topic("queue"), queue.apply),
         ProjectionRunner(settings, "quarantine", settings.topic("quarantine"), quarantine.apply),
-        ProjectionRunner(settings, "workflow", settings.topic("workflow"), workflow.apply),
+        # Sealed documents are opened with the keys alive (a purged one's read as absent).
+        ProjectionRunner(settings, "workflow", settings.topic("workflow"), workflow.apply, Keys(settings)),
     ]
 
 

@@ -43,6 +43,14 @@ class Sink(Protocol):
     async def put(self, outs: list[Out]) -> None: ...
 
 
+class Opener(Protocol):
+    """What a projection of sealed records opens them with before applying them (sumi_projections._keys)."""
+
+    async def open(self, records: list[Any]) -> list[Any]: ...
+
+    async def close(self) -> None: ...
+
+
 class KafkaSink:
     """The live sink: the quarantine topic, acknowledged by every in-sync replica."""
 
@@ -72,8 +80,9 @@ class Collected:
 
 
 class ProjectionRunner:
-    def __init__(self, settings: Settings, name: str, topic: str, apply: Apply) -> None:
+    def __init__(self, settings: Settings, name: str, topic: str, apply: Apply, opener: Opener | None = None) -> None:
         self.settings = settings
+        self.opener = opener
         self.name = name
         self.topic = topic
         self.apply = apply
@@ -114,6 +123,8 @@ class ProjectionRunner:
         finally:
             await consumer.stop()
             await conn.close()
+            if self.opener is not None:
+                await self.opener.close()
             if live is not None:
                 await live.close()
 
@@ -161,6 +172,10 @@ class ProjectionRunner:
                     outs.append(self.quarantine.out(m, record, now))
                 else:
                     good.setdefault(tp, []).append((record, m))
+        if self.opener is not None:
+            for tp, items in good.items():
+                opened = await self.opener.open([rec for rec, _ in items])
+                good[tp] = [(rec, m) for rec, (_, m) in zip(opened, items, strict=True)]
         async with conn.transaction():
             async with conn.cursor() as cur:
                 outs += await self._apply(conn, cur, good, now)

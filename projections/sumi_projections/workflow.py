@@ -7,6 +7,11 @@
 - The engine's `CommandDecided` records go to the shared `decisions` table, where the
   gateway waits for them (request–reply, as with the control processor).
 
+Documents reach this module opened (`_keys`: with the keys alive; a destroyed key's document
+reads as absent). A terminal transition destroys the keys of the instance's unmatched events
+(WF-25), so their history rows lose their payloads with it: the rows then read as a replay,
+which can no longer open them, rebuilds them.
+
 All records of an instance share its key's partition, so the offset of the last record
 applied to an instance's row makes every record apply at most once. A purge (retention,
 WF-47; the Workflow's delete, WF-13) removes the rows: the ID is unknown afterwards; a
@@ -60,10 +65,20 @@ _ADVANCE = (
     "WHERE t.workflow_uid = u.w AND t.instance_id = u.i AND t.last_offset < u.first_o "
     "RETURNING t.workflow_uid, t.instance_id, t.history_seq - u.k"
 )
+
 _HISTORY = (
     "INSERT INTO workflow_history (workflow_uid, instance_id, seq, type, at, data) "
     "SELECT w, i, q, y, a, d::jsonb FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[], "
     "%b::timestamptz[], %b::text[]) AS u(w, i, q, y, a, d)"
+)
+
+# WF-25: an instance's events that no step consumed lose their payloads when it ends.
+_UNMATCHED = (
+    "UPDATE workflow_history AS h SET data = h.data - 'payload' "
+    "FROM unnest(%b::text[], %b::text[]) AS u(w, i) "
+    "WHERE h.workflow_uid = u.w AND h.instance_id = u.i AND h.type = 'EventAccepted' AND h.data ? 'payload' "
+    "AND NOT EXISTS (SELECT 1 FROM workflow_history s WHERE s.workflow_uid = u.w AND s.instance_id = u.i "
+    "AND s.type = 'StepAttemptCommitted' AND s.data -> 'eventSequence' = h.data -> 'sequence')"
 )
 
 HISTORY = (
@@ -151,6 +166,13 @@ async def _advance(cur: Cursor, items: list[tuple[Any, int]]) -> None:
     ]
     if history:
         await cur.execute(_HISTORY, _columns(history, 6))
+    ended = [key for key, recs in per.items() if key in bases and any(_terminal(rec) for rec, _ in recs)]
+    if ended:
+        await cur.execute(_UNMATCHED, _columns(ended, 2))
+
+
+def _terminal(rec: Any) -> bool:
+    return isinstance(rec, r.InstanceStatusChanged) and rec.status in ("complete", "errored", "terminated")
 
 
 def _advanced(key: tuple[str, str], recs: list[tuple[Any, int]]) -> tuple[Any, ...]:

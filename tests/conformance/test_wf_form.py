@@ -146,6 +146,25 @@ async def test_missing_class_is_dependency_conflict(api: Api) -> None:  # WF-4, 
     assert bad in body["detail"]
 
 
+GENERATOR_JS = "export default {};\nexport function* Flow() {}\nFlow.prototype.run = function () {};\n"
+# A run only the metaclass has: `Flow.run` exists, an instance's does not.
+METACLASS_RUN_PY = "class Meta(type):\n    def run(cls):\n        pass\n\nclass Flow(metaclass=Meta):\n    pass\n"
+
+
+@pytest.mark.parametrize(
+    "runtime, source", [("javascript", GENERATOR_JS), ("python", METACLASS_RUN_PY)], ids=["generator", "metaclass"]
+)
+async def test_a_run_that_is_not_a_constructible_class_is_dependency_conflict(
+    api: Api, runtime: str, source: str
+) -> None:  # WF-5, WF-28
+    w = await api.worker(handlers=(), deploy=False, runtime=runtime)
+    version = await api.version(w, source, runtime=runtime)
+    assert "Flow" not in (await observed(api, version))["workflowClasses"]
+    await api.done(await deploy(api, w, version))
+    body = await rejected(api, spec(w), 409, "dependency_conflict")
+    assert "Flow" in body["detail"]
+
+
 async def test_verifying_version_is_resource_busy_never_incompatible(api: Api) -> None:  # WF-4, WF-6, WF-17
     w = await api.worker(handlers=(), deploy=False)
     slow = await api.version(w, SLOW_FLOW_JS, wait=False)

@@ -22,6 +22,7 @@ PURE = sorted(
     {
         *PACKAGE.glob("*/_decide.py"),
         *PACKAGE.glob("*/_state.py"),
+        PACKAGE / "workflow" / "_keys.py",  # which data keys a record makes and destroys
         PACKAGE / "control" / "state.py",
         PACKAGE / "core" / "commands.py",  # the typed commands the decisions read
         PACKAGE / "core" / "canonical.py",

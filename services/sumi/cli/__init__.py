@@ -5,9 +5,10 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 
-from sumi.core.config import Settings
+from sumi.core.config import Settings, SettingsError
 from sumi.services import SERVICE_ENTRIES
 
 
@@ -38,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=os.environ.get("SUMI_LOG_LEVEL", "WARNING"), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
+    if args.command != "deploy":  # a Host refuses settings it could not serve conformantly, before anything starts
+        try:
+            Settings.from_env()
+        except SettingsError as e:
+            print(f"sumi: {e}", file=sys.stderr)
+            return 2
     if args.command == "up":
         return _up()
     if args.command == "serve":

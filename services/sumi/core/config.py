@@ -3,6 +3,12 @@
 import os
 from dataclasses import dataclass
 
+MIN_WORKFLOW_RETENTION_SECONDS = 2_592_000  # WF-47: terminal histories are kept at least this long
+
+
+class SettingsError(ValueError):
+    """A setting the Host refuses to start with; the message names it."""
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -22,6 +28,33 @@ class Settings:
     allow_unwalled_python: bool = False
     runtime_walls: str = ""  # "" = the strongest this machine has; or bwrap, unshare, none
     runtime_memory_mb: int = 4096  # RLIMIT_DATA of the JavaScript runtime process
+    # Shared capacity divided among Spaces (sumi.engines.fair): the verifier's concurrent loads.
+    verify_slots: int = 8
+    verify_slots_per_space: int = 2
+    # The workflow engine's live execution contexts (a context waiting inside an effect holds one).
+    workflow_contexts: int = 256
+    workflow_contexts_per_space: int = 128
+    workflow_retention_seconds: int = MIN_WORKFLOW_RETENTION_SECONDS  # WF-47
+    workflow_always_replay: bool = False  # end a workflow context after every committed step (tests)
+    # Lets a test Host run with settings DurableWorkflow 0.3.0 forbids (a short retention).
+    nonconformant_test_settings: bool = False
+
+    def __post_init__(self) -> None:
+        if self.workflow_retention_seconds < MIN_WORKFLOW_RETENTION_SECONDS and not self.nonconformant_test_settings:
+            raise SettingsError(
+                f"SUMI_WORKFLOW_RETENTION_SECONDS={self.workflow_retention_seconds} is under the minimum of "
+                f"{MIN_WORKFLOW_RETENTION_SECONDS} s that DurableWorkflow 0.3.0 requires (WF-47); "
+                "SUMI_NONCONFORMANT_TEST_SETTINGS=1 allows it for tests only"
+            )
+
+    def nonconformance(self) -> list[str]:
+        """Why a Host with these settings is not conformant (allowed by nonconformant_test_settings)."""
+        if self.workflow_retention_seconds < MIN_WORKFLOW_RETENTION_SECONDS:
+            return [
+                f"SUMI_WORKFLOW_RETENTION_SECONDS={self.workflow_retention_seconds} keeps terminal instances "
+                f"less than {MIN_WORKFLOW_RETENTION_SECONDS} s (WF-47)"
+            ]
+        return []
 
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
@@ -40,6 +73,13 @@ class Settings:
             "allow_unwalled_python": env.get("SUMI_ALLOW_UNWALLED_PYTHON", "") in ("1", "true", "yes"),
             "runtime_walls": env.get("SUMI_RUNTIME_WALLS", ""),
             "runtime_memory_mb": int(env.get("SUMI_RUNTIME_MEMORY_MB", "4096")),
+            "verify_slots": int(env.get("SUMI_VERIFY_SLOTS", "8")),
+            "verify_slots_per_space": int(env.get("SUMI_VERIFY_SLOTS_PER_SPACE", "2")),
+            "workflow_contexts": int(env.get("SUMI_WORKFLOW_CONTEXTS", "256")),
+            "workflow_contexts_per_space": int(env.get("SUMI_WORKFLOW_CONTEXTS_PER_SPACE", "128")),
+            "workflow_retention_seconds": _int(env, "SUMI_WORKFLOW_RETENTION_SECONDS", MIN_WORKFLOW_RETENTION_SECONDS),
+            "workflow_always_replay": env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
+            "nonconformant_test_settings": env.get("SUMI_NONCONFORMANT_TEST_SETTINGS", "") == "1",
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
@@ -63,4 +103,21 @@ class Settings:
             "SUMI_ALLOW_UNWALLED_PYTHON": "1" if self.allow_unwalled_python else "",
             "SUMI_RUNTIME_WALLS": self.runtime_walls,
             "SUMI_RUNTIME_MEMORY_MB": str(self.runtime_memory_mb),
+            "SUMI_VERIFY_SLOTS": str(self.verify_slots),
+            "SUMI_VERIFY_SLOTS_PER_SPACE": str(self.verify_slots_per_space),
+            "SUMI_WORKFLOW_CONTEXTS": str(self.workflow_contexts),
+            "SUMI_WORKFLOW_CONTEXTS_PER_SPACE": str(self.workflow_contexts_per_space),
+            "SUMI_WORKFLOW_RETENTION_SECONDS": str(self.workflow_retention_seconds),
+            "SUMI_WORKFLOW_ALWAYS_REPLAY": "1" if self.workflow_always_replay else "",
+            "SUMI_NONCONFORMANT_TEST_SETTINGS": "1" if self.nonconformant_test_settings else "",
         }
+
+
+def _int(env: "os._Environ[str]", name: str, default: int) -> int:
+    text = env.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise SettingsError(f"{name}={text!r} is not an integer") from None

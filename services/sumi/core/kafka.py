@@ -168,9 +168,11 @@ async def started(stack: contextlib.AsyncExitStack, client: Any) -> Any:
 
 
 def send(producer: AIOKafkaProducer, topic: str, key: str, record: Any, partitions: int) -> Awaitable[Any]:
-    """Encode and enqueue one record; the key's partition is Kafka's own (murmur2) choice."""
+    """Encode and enqueue one record (None: the key's tombstone, on a compacted topic); the key's
+    partition is Kafka's own (murmur2) choice."""
+    value = None if record is None else codec.encode(record)
     return producer.send(  # type: ignore[no-any-return]
-        topic, codec.encode(record), key=key.encode(), partition=partition_for(key, partitions)
+        topic, value, key=key.encode(), partition=partition_for(key, partitions)
     )
 
 

@@ -222,7 +222,8 @@ class QueuePurged:
 
 
 # ---- the workflow instance log (<prefix>.workflow, key <workflowUid>/<instanceId>) ----------------
-# Documents (params, results, payloads, output) travel as canonical JSON strings; null = absent (DOC-5).
+# Documents (params, results, payloads, output, error messages) travel as canonical JSON strings,
+# sealed with a data key (`sumi.core.sealing`) by the engine; null = absent (DOC-5).
 
 
 @dataclass(frozen=True)
@@ -331,6 +332,19 @@ class InstancesPurged:
     operationId: str | None = None
 
 
+# ---- the key topic (<prefix>.workflow.keys, compacted, key <keyId>; a tombstone destroys a key) ----
+
+
+@dataclass(frozen=True)
+class DataKey:
+    keyId: str
+    workflowUid: str
+    instanceId: str
+    key: bytes = field(repr=False)  # a Host secret: never in a log line
+    at: int
+    sequence: int | None = None  # an event's key; None: the instance's
+
+
 @dataclass(frozen=True)
 class RecordQuarantined:
     processor: str
@@ -386,7 +400,7 @@ WorkflowRecord = (
     | InstancesPurged
 )
 
-Record = CommandSubmitted | ControlRecord | QueueRecord | WorkflowRecord | RecordQuarantined
+Record = CommandSubmitted | ControlRecord | QueueRecord | WorkflowRecord | DataKey | RecordQuarantined
 
 RECORD_TYPES: dict[str, type] = {
     cls.__name__: cls
@@ -422,6 +436,7 @@ RECORD_TYPES: dict[str, type] = {
         InstanceStatusChanged,
         InstancePurged,
         InstancesPurged,
+        DataKey,
         RecordQuarantined,
     )
 }

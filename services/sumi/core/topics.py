@@ -20,6 +20,15 @@ MAX_RECORD_BYTES = 16 * 1024 * 1024
 QUARANTINE_RECORD_BYTES = MAX_RECORD_BYTES + 64 * 1024
 
 
+KEY_TOPIC = {
+    "cleanup.policy": "compact",
+    "segment.ms": str(10 * 60_000),
+    "max.compaction.lag.ms": str(60 * 60_000),
+    "min.cleanable.dirty.ratio": "0.01",
+    "delete.retention.ms": str(86400_000),
+}
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     name: str
@@ -44,6 +53,12 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         # The instance log is the workflow engine's changelog: kept forever; retention (WF-47)
         # is an InstancePurged record, not a broker setting.
         TopicSpec(settings.topic("workflow"), {**forever, **large}),
+        # The data keys that seal the instance log's documents (sumi.core.sealing): compacted, so a
+        # purge's tombstone takes the key itself off the broker once the cleaner has passed. The
+        # cleaner may leave a dirty segment alone for at most an hour (a segment rolls after ten
+        # minutes, and any dirt makes it cleanable), and a tombstone stays a day, for readers
+        # that are catching up.
+        TopicSpec(settings.topic("workflow.keys"), KEY_TOPIC),
         # The dead letters of the processors themselves: what they could not decode or apply.
         TopicSpec(settings.topic("quarantine"), {**forever, "max.message.bytes": str(QUARANTINE_RECORD_BYTES)}),
     ]

@@ -81,12 +81,18 @@ class Runtimes:
             await rt.close()
         log.info("closed the idle %s runtime of space %s", *key)
 
-    async def restart(self) -> None:
-        """Close every runtime (each returns once its process has exited); the next ask starts anew."""
-        starting, self._runtimes = list(self._runtimes.values()), {}
-        self._used.clear()
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+    async def restart(self, only: tuple[str, str] | None = None) -> None:
+        """Close every runtime, or `only` the one of that (kind, Space), each returning once its
+        process has exited; the next ask starts anew."""
+        if only is not None:
+            fut = self._runtimes.pop(only, None)
+            self._used.pop(only, None)
+            starting = [] if fut is None else [fut]
+        else:
+            starting, self._runtimes = list(self._runtimes.values()), {}
+            self._used.clear()
+            if self._closing:
+                await asyncio.gather(*self._closing, return_exceptions=True)
         for fut in starting:
             try:
                 rt = await fut

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import inspect
 import itertools
 import os
 import weakref
@@ -17,7 +16,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._pyworkflow import WorkflowBinding, run_workflow
+from ._pyworkflow import WorkflowBinding, is_workflow_class, run_workflow
 from .types import HostError
 
 HANDLER_NAMES = ("queue",)
@@ -215,9 +214,7 @@ class Abi:
     def describe(self, main: Any) -> dict[str, Any]:
         public = getattr(main, "__all__", None) or [n for n in vars(main) if not n.startswith("_")]
         handlers = [n for n in HANDLER_NAMES if callable(getattr(main, n, None))]
-        classes = [
-            n for n in public if inspect.isclass(cls := getattr(main, n, None)) and callable(getattr(cls, "run", None))
-        ]
+        classes = [n for n in public if is_workflow_class(getattr(main, n, None))]
         return {"handlers": handlers, "workflowClasses": classes}
 
     def _error(self, exc: BaseException) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import signal
 import sys
 from typing import Any
 
-from . import _frames
+from . import _confine, _frames
 from ._pyabi import EXIT_HEAP_LIMIT, MAX_ERROR_TEXT, MAX_LOG_TEXT, PACKAGE, Abi, truncate
 
 
@@ -32,13 +32,16 @@ class Limits:
     """CPU: ITIMER_PROF, whose SIGPROF kills the process by default action even
     inside C code; RLIMIT_CPU (whole seconds) backstops it, including CPU burnt
     by background tasks between invocations. Memory: RLIMIT_AS, so allocation
-    beyond the budget raises MemoryError, which ends the process."""
+    beyond the budget raises MemoryError, which ends the process; one process
+    and a bounded number of threads (``_confine``), so it holds for the context
+    as a whole."""
 
     def __init__(self, cpu_ms: int, heap_mb: int) -> None:
         self.cpu_s = max(cpu_ms, 1) / 1000
         signal.signal(signal.SIGPROF, signal.SIG_DFL)
         signal.signal(signal.SIGXCPU, signal.SIG_DFL)
         resource.setrlimit(resource.RLIMIT_AS, (_address_space() + heap_mb * 1024 * 1024,) * 2)
+        _confine.confine()
 
     def arm(self) -> None:
         signal.setitimer(signal.ITIMER_PROF, self.cpu_s)

@@ -108,6 +108,26 @@ def _document(value: Any, what: str) -> Any:
         raise HostError(e.code, f"{what}: {e}") from None
 
 
+# The slots of `type` itself: a metaclass may override `__mro__`/`__dict__` lookups, not these.
+_MRO_OF: Any = type.__dict__["__mro__"]
+_DICT_OF: Any = type.__dict__["__dict__"]
+
+
+def is_workflow_class(value: Any) -> bool:
+    """WF-28 as the Form states it, without running worker code: a class (by its real type, not a
+    ``__class__`` it may claim) whose instances' ``run``, found in its MRO's own namespaces (no
+    descriptor invoked, no metaclass consulted), is callable. A property is not; neither is a
+    ``run`` only the metaclass has (the class's, not its instances')."""
+    if not issubclass(type(value), type):
+        return False
+    for klass in _MRO_OF.__get__(value):
+        namespace = _DICT_OF.__get__(klass)
+        if "run" in namespace:
+            run = namespace["run"]
+            return callable(run) or isinstance(run, classmethod | staticmethod)
+    return False
+
+
 async def _never() -> Any:
     await asyncio.get_running_loop().create_future()
 
@@ -176,30 +196,31 @@ class WorkflowBinding:
 
 
 class Step:
-    """``step`` of one execution; all state is this object's, so nothing outlives the context."""
+    """The machinery behind ``step`` of one execution; all state is this object's, so nothing
+    outlives the context. Run never gets it: it gets a :class:`StepApi` in front of it."""
 
     def __init__(self, abi: Abi, invocation: dict[str, Any], finish: Callable[[dict[str, Any]], None]) -> None:
         self._abi = abi
         self._finish = finish
-        self.finished = False
-        self.completed: dict[str, dict[str, Any]] = dict(invocation.get("completed") or {})
+        self._finished = False
+        self._completed: dict[str, dict[str, Any]] = dict(invocation.get("completed") or {})
         self._pending_kinds: dict[str, str] = dict(invocation.get("pendingKinds") or {})
-        self.active: str | None = None  # the one unsettled live step (WF-35)
+        self._active: str | None = None  # the one unsettled live step (WF-35)
         # WF-44/45: only errors raised here count as a genuine step_failed.
-        self.issued: weakref.WeakSet[BaseException] = weakref.WeakSet()
+        self._issued: weakref.WeakSet[BaseException] = weakref.WeakSet()
 
-    def report(self, outcome: dict[str, Any]) -> None:
-        if not self.finished:
-            self.finished = True
+    def _report(self, outcome: dict[str, Any]) -> None:
+        if not self._finished:
+            self._finished = True
             self._finish(outcome)
 
     async def _mismatch(self, message: str) -> Any:
-        self.report({"kind": "errored", "reason": "step_definition_mismatch", "message": message})
+        self._report({"kind": "errored", "reason": "step_definition_mismatch", "message": message})
         return await _never()
 
     def _error(self, name: str, message: str) -> HostError:
         exc = HostError(name, message)
-        self.issued.add(exc)
+        self._issued.add(exc)
         return exc
 
     def _replay(self, record: dict[str, Any]) -> Any:
@@ -210,14 +231,14 @@ class Step:
 
     async def _enter(self, kind: str, name: Any, fn: str) -> tuple[bool, Any]:
         """WF-34..37 in order; (True, value) when the call is answered without running the step."""
-        if self.finished:
+        if self._finished:
             return True, await _never()
         if not valid_name(name):
             raise TypeError(f"{fn}: name must be a str of 1..256 Unicode scalar values")
-        if self.active is not None:
-            return True, await self._mismatch(f'step "{name}" started while step "{self.active}" is unsettled')
-        if name in self.completed:
-            return True, self._replay(self.completed[name])
+        if self._active is not None:
+            return True, await self._mismatch(f'step "{name}" started while step "{self._active}" is unsettled')
+        if name in self._completed:
+            return True, self._replay(self._completed[name])
         prior = self._pending_kinds.get(name)
         if prior is not None and prior != kind:
             return True, await self._mismatch(f'step "{name}" was a {prior} step and is now used as {kind}')
@@ -225,13 +246,13 @@ class Step:
 
     async def _live(self, kind: str, method: str, args: dict[str, Any], rejected: tuple[str, str] | None) -> Any:
         name = args["name"]
-        self.active = name
+        self._active = name
         try:
             reply = await self._abi.call(method, args)
         except HostError:
             reply = None  # a limit or a fenced owner: the step stays pending, the Host stops us
         action = reply.get("action") if isinstance(reply, dict) else None
-        if self.finished:
+        if self._finished:
             return await _never()
         if action == "resolve":
             assert isinstance(reply, dict)
@@ -239,16 +260,16 @@ class Step:
                 (reply["result"] if "result" in reply else args.get("result")) if kind == "do" else reply.get("payload")
             )
             value = None if kind == "sleep" else doc
-            self.completed[name] = {"ok": True, "result": value}
-            self.active = None
+            self._completed[name] = {"ok": True, "result": value}
+            self._active = None
             return copy.deepcopy(value)
         if action == "reject" and rejected is not None:
             assert isinstance(reply, dict)
             error_name, message = rejected[0], str(reply.get("message") or rejected[1])
-            self.completed[name] = {"ok": False, "error": {"name": error_name, "message": message}}
-            self.active = None
+            self._completed[name] = {"ok": False, "error": {"name": error_name, "message": message}}
+            self._active = None
             raise self._error(error_name, message)
-        self.report({"kind": "suspended"})
+        self._report({"kind": "suspended"})
         return await _never()
 
     async def do(self, name: str, effect: Callable[[], Any], retry_policy: dict[str, Any] | None = None) -> Any:
@@ -258,7 +279,7 @@ class Step:
         if not callable(effect):
             raise TypeError("step.do: effect must be a zero-argument callable")
         config = retry_config(retry_policy)
-        self.active = name  # a step started inside the effect overlaps this one
+        self._active = name  # a step started inside the effect overlaps this one
         args: dict[str, Any] = {"name": name, "config": config}
         try:
             result = effect()
@@ -274,7 +295,7 @@ class Step:
         except Exception as e:  # noqa: BLE001 - a failed attempt is data (WF-41)
             error_name = e.name if isinstance(e, HostError) else type(e).__name__
             args.update(ok=False, error={"name": error_name, "message": str(e)})
-        if self.finished:
+        if self._finished:
             return await _never()
         message = args["error"]["message"] if not args["ok"] else ""
         return await self._live("do", "step.do", args, ("step_failed", message))
@@ -300,7 +321,36 @@ class Step:
         timeout = f'no "{opts["type"]}" event within {opts["timeoutSeconds"]} s'
         return await self._live("wait", "step.waitForEvent", args, ("wait_timeout", timeout))
 
+
+# Behind each StepApi its Step, kept out of the object run gets.
+_BEHIND: weakref.WeakKeyDictionary[StepApi, Step] = weakref.WeakKeyDictionary()
+
+
+class StepApi:
+    """``step`` as run gets it (WF-34): the Form's three operations by their Python names (and
+    ``waitForEvent``), nothing else: no attribute, no ``__dict__``, no method that reports an
+    outcome. It is the Form's surface, not a wall: Python has no language sandbox, and a worker
+    walking ``gc`` or frames can reach the machinery, so what the outcome is worth is judged by the
+    Host, against the step failures it committed (``sumi.workflow._decide``)."""
+
+    __slots__ = ("__weakref__",)
+
+    async def do(self, name: str, effect: Callable[[], Any], retry_policy: dict[str, Any] | None = None) -> Any:
+        return await _BEHIND[self].do(name, effect, retry_policy)
+
+    async def sleep(self, name: str, seconds: int) -> None:
+        await _BEHIND[self].sleep(name, seconds)
+
+    async def wait_for_event(self, name: str, options: dict[str, Any]) -> Any:
+        return await _BEHIND[self].wait_for_event(name, options)
+
     waitForEvent = wait_for_event  # noqa: N815 - the JavaScript spelling
+
+
+def _api(step: Step) -> StepApi:
+    api = StepApi()
+    _BEHIND[api] = step
+    return api
 
 
 async def run_workflow(abi: Abi, main: Any, invocation: dict[str, Any], env: Any) -> dict[str, Any]:
@@ -310,29 +360,29 @@ async def run_workflow(abi: Abi, main: Any, invocation: dict[str, Any], env: Any
 
     async def run() -> Any:
         cls: Any = getattr(main, str(invocation.get("className")), None)
-        if not inspect.isclass(cls) or not callable(getattr(cls, "run", None)):
+        if not is_workflow_class(cls):
             raise TypeError(f"main module has no workflow class {invocation.get('className')!r} with a run method")
         event: dict[str, Any] = {"instanceId": str(invocation.get("instanceId"))}
         if invocation.get("params") is not None:
             event["params"] = invocation["params"]
         workflow: Any = cls  # narrowed to type[object] by isclass; it is the Version's class
-        result = workflow(env).run(event, step)
+        result = workflow(env).run(event, _api(step))
         return await result if inspect.isawaitable(result) else result
 
     task = asyncio.create_task(run())
     await asyncio.wait({task, outcome}, return_when=asyncio.FIRST_COMPLETED)
     if not outcome.done():
-        step.report(_judge(step, task))
+        step._report(_judge(step, task))
     abi.halted = True  # nothing more of this context reaches the Host
     return outcome.result()
 
 
 def _judge(step: Step, task: asyncio.Task[Any]) -> dict[str, Any]:
-    if step.active is not None:
+    if step._active is not None:
         return {
             "kind": "errored",
             "reason": "step_definition_mismatch",
-            "message": f'run settled while step "{step.active}" is unsettled',
+            "message": f'run settled while step "{step._active}" is unsettled',
         }
     exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
     if exc is None:
@@ -343,7 +393,7 @@ def _judge(step: Step, task: asyncio.Task[Any]) -> dict[str, Any]:
             return {"kind": "complete", "output": loads(document(value))}
         except DocumentError as e:
             return {"kind": "errored", "reason": "run_threw", "message": f"run must return a document or None: {e}"}
-    if isinstance(exc, HostError) and exc in step.issued and exc.name == "step_failed":
+    if isinstance(exc, HostError) and exc in step._issued and exc.name == "step_failed":
         return {"kind": "errored", "reason": "step_failed", "message": exc.message}
     name = exc.name if isinstance(exc, HostError) else type(exc).__name__
     return {"kind": "errored", "reason": "run_threw", "message": f"{name}: {exc}"}

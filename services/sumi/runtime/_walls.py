@@ -9,8 +9,10 @@ has found yet must still reach nothing. So each runtime process starts:
 - as the unprivileged user 65534 (``nobody``), when the Host runs as root
   (otherwise as the Host's own user, inside a user namespace);
 - seeing read-only only the interpreter, the runtime's own code and the
-  Version's modules (``bwrap`` only; ``unshare`` leaves the file system as it is);
-- under ``RLIMIT_DATA``, a memory cap on the whole process.
+  Version's modules, on a read-only root (``bwrap`` only; ``unshare`` leaves
+  the file system as it is);
+- under ``RLIMIT_DATA``, a memory cap on the whole process, and
+  ``RLIMIT_FSIZE`` 0: no byte into any file, wherever one is writable.
 
 ``bwrap`` (bubblewrap) does all of it in one call. ``unshare`` (util-linux) is
 the fallback where it is missing: environment, namespaces, user and memory,
@@ -66,7 +68,7 @@ def available() -> Kind:
     """The strongest wall this machine can put up (probed once per process)."""
     bwrap, unshare = shutil.which("bwrap"), shutil.which("unshare")
     true = shutil.which("true") or "/bin/true"
-    if bwrap and _works([bwrap, *_bwrap_flags([]), true]):
+    if bwrap and _works([bwrap, *_bwrap_flags([]), *_READ_ONLY, true]):
         return "bwrap"
     if unshare and _works([unshare, *_UNSHARE_FLAGS, "--fork", "--kill-child", true]):
         return "unshare"
@@ -81,6 +83,12 @@ def _bwrap_flags(ro: Sequence[str]) -> list[str]:
     for path in ro:
         flags += ["--ro-bind", path, path]
     return [*flags, "--proc", "/proc", "--dev", "/dev"]
+
+
+# Last, once every mount is in place: bwrap's own root and /dev are tmpfs it made writable
+# (its /dev/shm is a directory of /dev), so they are made read-only. /dev/null stays writable:
+# writing a device writes no file.
+_READ_ONLY = ["--remount-ro", "/dev", "--remount-ro", "/"]
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,7 @@ class Wall:
             flags += ["--setenv", name, value]
         if chdir is not None:
             flags += ["--chdir", chdir]
-        return [shutil.which("bwrap") or "bwrap", *flags, "--", *command]
+        return [shutil.which("bwrap") or "bwrap", *flags, *_READ_ONLY, "--", *command]
 
     def env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """The process environment: only what the runtime needs, whatever the wall."""
@@ -130,6 +138,11 @@ class Wall:
 
         def cap() -> None:  # runs in the forked child, before exec: the wall's memory cap
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+            # No file of any size: whatever the wall leaves writable (the unshare fallback
+            # leaves the Host's /tmp and /dev/shm), a tmpfs or memfd page would be memory
+            # no limit counts. Neither runtime writes a file; its output is a pipe.
+            resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
         return cap
 

@@ -13,12 +13,21 @@ The worker's runtime and declared handlers come from the public control fold
 (`sumi.control.state`) of the same log (same Space, same partition, earlier). So that a restart knows
 every worker, each assigned partition is read from its beginning; Versions
 before the committed offset are only folded, never verified again.
+
+Spaces cannot starve each other (docs/security.md): loads run concurrently, at most
+`verify_slots` at once and `verify_slots_per_space` for one Space (`sumi.engines.fair`),
+so a Space whose modules take the whole load timeout delays only its own Versions. A
+report commits as soon as its load ends, in whatever order loads end; a partition's
+group offset moves only up to its oldest load still running, so a restart loads that
+one (and those after it) again, and a repeated report changes nothing (the control
+processor ignores a report for an Operation that has ended).
 """
 
 import asyncio
 import json
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -30,6 +39,7 @@ from sumi.core import records as r
 from sumi.core.commands import OperationReport, submitted
 from sumi.core.config import Settings
 from sumi.core.problems import FieldError, Problem
+from sumi.engines.fair import FairSlots
 from sumi.engines.runtimes import Runtimes
 from sumi.runtime import Limits, Module
 from sumi.runtime.types import LoadInfo
@@ -40,12 +50,46 @@ VERIFY_LIMITS = Limits(cpu_ms=10_000, heap_mb=128)
 VERIFY_TIMEOUT = 30.0  # seconds for start + load_info, whatever the module does at top level
 
 
+@dataclass(frozen=True)
+class Job:
+    """One Version to verify, with what the fold knew of its worker at the Version's record:
+    the fold moves on while the load runs."""
+
+    record: r.ResourceCreated
+    spec: dict[str, Any]
+    runtime: str | None  # None: the worker is missing or not a ModuleWorker
+    declared: tuple[str, ...]  # the handlers the worker declares (QC-16)
+
+
+@dataclass
+class Progress:
+    """Per partition: the offset after the last record read, and the loads still running.
+    The group offset to commit is the oldest running load's, else the next unread."""
+
+    read: dict[TopicPartition, int] = field(default_factory=dict)
+    running: dict[TopicPartition, set[int]] = field(default_factory=dict)
+
+    def seen(self, tp: TopicPartition, offset: int) -> None:
+        self.read[tp] = offset + 1
+
+    def started(self, tp: TopicPartition, offset: int) -> None:
+        self.running.setdefault(tp, set()).add(offset)
+
+    def ended(self, tp: TopicPartition, offset: int) -> None:
+        self.running.get(tp, set()).discard(offset)
+
+    def offsets(self) -> dict[TopicPartition, int]:
+        return {tp: min(self.running.get(tp) or {end}) for tp, end in self.read.items()}
+
+
 class Verifier:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.control = ControlState()
         self.act_from: dict[TopicPartition, int] = {}
         self.runtimes = Runtimes()
+        self.slots = FairSlots(settings.verify_slots, settings.verify_slots_per_space)
+        self.progress = Progress()
 
     # ---- the fold -----------------------------------------------------------------------
 
@@ -56,6 +100,7 @@ class Verifier:
         """A new assignment is folded afresh from the beginning of its partitions."""
         self.control = ControlState()
         self.act_from.clear()
+        self.progress = Progress()
 
     # ---- verification -------------------------------------------------------------------
 
@@ -77,26 +122,35 @@ class Verifier:
                 return LoadInfo(load_error=str(exc))
             except Exception as exc:  # the runtime process itself failed: once more, fresh
                 log.warning("verification attempt %d failed: %r", tries, exc)
-                try:
-                    await self.runtimes.restart()
+                try:  # only this Space's: the other Spaces' loads go on
+                    await self.runtimes.restart((runtime, space))
                 except Exception:
-                    log.exception("closing the failed runtimes")
+                    log.exception("closing the failed runtime")
                 last = exc
         return LoadInfo(load_error=f"the {runtime} runtime is unavailable: {last}")
 
-    async def verify(self, record: r.ResourceCreated) -> OperationReport:
-        """The operation.report for one Version's create Operation."""
+    def job(self, record: r.ResourceCreated) -> Job:
         spec = json.loads(record.spec)
         worker = self.control.resource(spec["worker"]["resourceUid"])
-        op = record.operationId
         if worker is None or worker.form != MODULE_WORKER:
+            return Job(record, spec, None, ())
+        runtime = str(worker.spec.get("runtime", "javascript"))
+        return Job(record, spec, runtime, tuple(worker.spec.get("handlers", ())))
+
+    async def verify(self, record: r.ResourceCreated) -> OperationReport:
+        """The operation.report for one Version's create Operation."""
+        return await self.judge(self.job(record))
+
+    async def judge(self, job: Job) -> OperationReport:
+        spec, op = job.spec, job.record.operationId
+        if job.runtime is None:
             problem = Problem("dependency_conflict", f"worker {spec['worker']['resourceUid']}: not found")
             return OperationReport(
                 operation_id=op, outcome="failed", observed={"verified": False}, error=problem.to_json()
             )
         modules = [Module(m["name"], m["content"]) for m in spec["modules"]]
-        runtime = str(worker.spec.get("runtime", "javascript"))
-        info = await self.load(runtime, modules, spec["mainModule"], record.space)
+        async with self.slots.slot(job.record.space):
+            info = await self.load(job.runtime, modules, spec["mainModule"], job.record.space)
         if info.load_error is not None:
             problem = Problem(
                 "invalid_spec",
@@ -110,7 +164,7 @@ class Verifier:
             "handlers": list(info.handlers),
             "workflowClasses": list(info.workflow_classes),
         }
-        missing = [h for h in worker.spec.get("handlers", ()) if h not in info.handlers]
+        missing = [h for h in job.declared if h not in info.handlers]
         if missing:  # QC-16: the worker declares it, so every Version must provide it
             problem = Problem(
                 "invalid_spec",
@@ -141,45 +195,75 @@ class Verifier:
     async def run(self) -> None:
         settings = self.settings
         group = f"{settings.topic_prefix}-verifier"
-        quarantine = kafka.Quarantine(settings, "verifier")
-        # Transactional: a report (or a quarantined record) and the offset past its record commit
+        self.quarantine = kafka.Quarantine(settings, "verifier")
+        # Transactional: a report (or a quarantined record) and the group offsets commit
         # together, and a restarted verifier fences the one it replaces.
-        producer = kafka.new_producer(settings, f"{settings.topic_prefix}-verifier-0", linger_ms=1)
+        self.producer = kafka.new_producer(settings, f"{settings.topic_prefix}-verifier-0", linger_ms=1)
+        self.group = group
+        self.committing = asyncio.Lock()  # one transaction at a time on the one producer
         consumer = kafka.new_consumer(settings, group)
         try:  # started inside: a stop signal while they start still stops them
-            await producer.start()
+            await self.producer.start()
             await consumer.start()
             consumer.subscribe([settings.topic("control")], listener=_FromBeginning(self, consumer))
-            async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
-                for tp, messages in batch.items():
-                    for message in messages:
-                        new = message.offset >= self.act_from.get(tp, 0)
-                        outs = await self._handle(message, new, quarantine)
-                        if new and outs:
-                            await kafka.commit(producer, outs, settings.partitions, {tp: message.offset + 1}, group)
-                            self.act_from[tp] = message.offset + 1
+            # A load or a commit that fails ends the group, and the service, as one failure did before.
+            async with asyncio.TaskGroup() as loads:
+                async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
+                    for tp, messages in batch.items():
+                        for message in messages:
+                            await self._take(tp, message, loads)
         finally:
             await consumer.stop()
-            await producer.stop()
+            await self.producer.stop()
             await self.close()
 
-    async def _handle(self, message: Any, new: bool, quarantine: kafka.Quarantine) -> list[kafka.Out]:
-        """Fold one control record; for a new WorkerVersion, its report. A record that does not
-        decode, or whose fold or verification raises, is quarantined (when new) and skipped."""
+    async def _take(self, tp: TopicPartition, message: Any, loads: asyncio.TaskGroup) -> None:
+        """Fold one control record; a new WorkerVersion's load starts beside the loop. A record
+        that does not decode, or whose fold raises, is quarantined (when new) and skipped."""
+        new = message.offset >= self.act_from.get(tp, 0)
+        progress = self.progress
         record = kafka.decode(message.value)
         if isinstance(record, kafka.Rejected):
-            return [quarantine.out(message, record)] if new else []
+            progress.seen(tp, message.offset)
+            if new:
+                await self._commit([self.quarantine.out(message, record)])
+            return
         try:
             self.fold(record)
-            if not (new and isinstance(record, r.ResourceCreated) and record.form == WORKER_VERSION):
-                return []
-            payload = await self.verify(record)
+            job = (
+                self.job(record)
+                if new and isinstance(record, r.ResourceCreated) and record.form == WORKER_VERSION
+                else None
+            )
         except Exception as exc:
             log.exception("verifier skips %s[%d]@%d", message.topic, message.partition, message.offset)
-            return [quarantine.out(message, kafka.failed(exc))] if new else []
-        cmd = self.command(record.space, payload, int(time.time() * 1000))
-        log.info("verified %s (%s): %s", record.uid, record.name, payload.outcome)
-        return [kafka.Out(self.settings.topic("commands"), record.space, cmd)]
+            progress.seen(tp, message.offset)
+            if new:
+                await self._commit([self.quarantine.out(message, kafka.failed(exc))])
+            return
+        if job is not None:
+            progress.started(tp, message.offset)
+            loads.create_task(self._verify(job, tp, message, progress))
+        progress.seen(tp, message.offset)
+
+    async def _verify(self, job: Job, tp: TopicPartition, message: Any, progress: Progress) -> None:
+        try:
+            report = await self.judge(job)
+        except Exception as exc:
+            log.exception("verifier skips %s[%d]@%d", message.topic, message.partition, message.offset)
+            outs = [self.quarantine.out(message, kafka.failed(exc))]
+        else:
+            log.info("verified %s (%s): %s", job.record.uid, job.record.name, report.outcome)
+            cmd = self.command(job.record.space, report, int(time.time() * 1000))
+            outs = [kafka.Out(self.settings.topic("commands"), job.record.space, cmd)]
+        progress.ended(tp, message.offset)
+        await self._commit(outs)
+
+    async def _commit(self, outs: list[kafka.Out]) -> None:
+        async with self.committing:
+            # never behind the committed offset: a partition folded again from its start is below it
+            offsets = {tp: o for tp, o in self.progress.offsets().items() if o >= self.act_from.get(tp, 0)}
+            await kafka.commit(self.producer, outs, self.settings.partitions, offsets, self.group)
 
 
 class _FromBeginning(ConsumerRebalanceListener):  # type: ignore[misc]

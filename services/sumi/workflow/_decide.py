@@ -172,6 +172,8 @@ def outcome(
         out = None if output is None else canonical(output)
         return Decision([r.InstanceStatusChanged(inst.workflow_uid, inst.instance_id, "complete", now, out)])
     if kind == "errored":
+        if reason == "step_failed" and not _failed_finally(inst, message):
+            reason, message = "run_threw", f"step_failed: {message}" if message else "step_failed"
         return Decision(_errored(inst, reason or "run_threw", message, now))
     t = inst.timer
     if t is not None and t.kind == "wait":
@@ -184,6 +186,17 @@ def outcome(
     if t is not None and t.kind == "sleep":
         return Decision(_status(inst, "sleeping", now))
     return Decision(runnable=True)  # a retry (stays running) or always-replay: the next context follows
+
+
+def _failed_finally(inst: Instance, message: str | None) -> bool:
+    """WF-45 decided on this side of the process boundary: the context's word that run ended on an
+    uncaught step_failed stands only for a final step failure the Host committed, with its message.
+    A Python worker owns its process and can report anything; a JavaScript one that escaped its
+    realm as well."""
+    return any(
+        not s.ok and s.error_name == "step_failed" and (s.error_message or "") == (message or "")
+        for s in inst.completed.values()
+    )
 
 
 def due(inst: Instance, now: int, limits: Limits, alive: bool) -> Decision:

@@ -13,6 +13,14 @@ Plumbing around the pure core (`_state`, `_decide`):
   command read twice after a crash is decided once.
 - The control log is read as a global table: Workflows, their worker's allocation,
   Versions' code and bindings.
+- Data keys (`_keys`, `sumi.core.sealing`): every document goes to the instance log sealed
+  with a key that lives only on the compacted key topic, written in the same transaction; a
+  purge (a terminal transition's unmatched events, retention, the Workflow's delete) writes
+  the keys' tombstones with it. The key topic is folded before the instance log at a start,
+  and each record read back is opened with the keys still alive.
+- Commands are an inbox, not a history: once the group's offsets past them are committed
+  (after the decisions they led to), they are deleted from the topic (DeleteRecords), so the
+  params and payloads they carried do not outlive the data they became.
 - Durable timers: every due time is a field of the fold (`_decide.next_due`); the engine
   keeps a heap of them and fires by appending records, so a restart re-arms every sleep,
   wait timeout, retry and retention purge from the log alone.
@@ -29,14 +37,14 @@ import asyncio
 import contextlib
 import heapq
 import logging
-import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
-from sumi.core import clock, ids, kafka
+from sumi.core import clock, ids, kafka, sealing
 from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.commands import Command as ControlCommand
@@ -44,9 +52,11 @@ from sumi.core.commands import OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
+from sumi.engines import fair
 from sumi.engines.runtimes import Runtimes
 from sumi.runtime.types import Runtime, WorkflowOutcome
 from sumi.workflow import _decide as d
+from sumi.workflow import _keys
 from sumi.workflow import commands as c
 from sumi.workflow._bindings import Bindings
 from sumi.workflow._control import WorkflowControl
@@ -55,7 +65,6 @@ from sumi.workflow._spares import Spares
 from sumi.workflow._state import Counts, Instance
 
 log = logging.getLogger("sumi.workflow")
-MAX_RUNS = 128  # live contexts at once; more runnable instances wait their turn
 RETRY_FIRST_MS, RETRY_MAX_MS = 100, 30_000  # after the runtime failed an instance
 OBSERVE_MS = 1000
 # A delete whose contexts have not all confirmed their stop by then takes the stop as unproven
@@ -64,22 +73,21 @@ STOP_PROOF_MS = 5000
 REMEMBERED_COMMANDS = 200_000
 
 
-def limits_from_env() -> d.Limits:
-    """SUMI_WORKFLOW_RETENTION_SECONDS (WF-47, default 30 days) and SUMI_WORKFLOW_ALWAYS_REPLAY=1."""
-    env = os.environ
+def limits_of(settings: Settings) -> d.Limits:
+    """The engine's limits from the settings (retention: WF-47, checked by Settings itself)."""
     return d.Limits(
-        retention_ms=int(env.get("SUMI_WORKFLOW_RETENTION_SECONDS", "2592000")) * 1000,
-        always_replay=env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
+        retention_ms=settings.workflow_retention_seconds * 1000, always_replay=settings.workflow_always_replay
     )
 
 
 class Engine:
     def __init__(self, settings: Settings, limits: d.Limits | None = None) -> None:
         self.settings = settings
-        self.limits = limits or limits_from_env()
+        self.limits = limits or limits_of(settings)
         self.instances: dict[str, Instance] = {}
         self.keys_of: dict[str, set[str]] = {}  # workflow UID -> its instances' keys (a delete purges them)
         self.counts = Counts()  # per Workflow and status, kept by the fold (WF-9)
+        self.ring = sealing.KeyRing()  # the data keys alive: the fold of the key topic
         self.runs: dict[str, ContextRun] = {}
         self.control = WorkflowControl()
         self.quarantine = kafka.Quarantine(settings, "workflow-engine")
@@ -150,17 +158,34 @@ class Engine:
         for rec in records:
             if isinstance(rec, r.CommandSubmitted):  # to the control plane (observe, report)
                 outs.append((self.settings.topic("commands"), rec.space, rec))
-                continue
-            if isinstance(rec, r.MessageAccepted):  # a queue binding's send from a run
+            elif isinstance(rec, r.MessageAccepted):  # a queue binding's send from a run
                 outs.append((self.settings.topic("queue"), rec.queueUid, rec))
-                continue
-            self.fold(key, rec)
-            outs.append((self.settings.topic("workflow"), key, rec))
+            elif isinstance(rec, r.WorkflowRecord):
+                outs += self._sealed(key, rec)
+            else:  # a command's answer
+                self.fold(key, rec)
+                outs.append((self.settings.topic("workflow"), key, rec))
         assert self.outbox is not None
         fut = self.outbox.put(outs)
         if outs:
             self.last_put = fut
         return fut
+
+    def _sealed(self, key: str, rec: r.WorkflowRecord) -> list[tuple[str, str, Any]]:
+        """Fold one record and give what goes out for it: its new keys, the record sealed with
+        them, and the tombstones of the keys it destroys, in that order (one transaction)."""
+        keys = self.settings.topic("workflow.keys")
+        change = _keys.changes(self.instances.get(key), rec, self.ring, self.now(), lambda: f"dk_{ids.new_ulid()}")
+        outs: list[tuple[str, str, Any]] = []
+        for made in change.made:
+            self.ring.add(made)
+            outs.append((keys, made.keyId, made))
+        self.fold(key, rec)
+        outs.append((self.settings.topic("workflow"), key, sealing.seal_record(rec, self.ring)))
+        for dropped in change.dropped:
+            self.ring.drop(dropped)
+            outs.append((keys, dropped, None))
+        return outs
 
     def _remember(self, command_id: str) -> None:
         self.decided[command_id] = None
@@ -310,9 +335,22 @@ class Engine:
         return d.outcome(inst, outcome.kind, now, outcome.output, outcome.reason, outcome.message)
 
     def _start_runs(self, now: int) -> None:
+        """Live contexts are shared fairly among Spaces (`workflow_contexts` in all, at most
+        `workflow_contexts_per_space` to one Space): a Space whose instances all wait inside
+        their effects holds its share, never another Space's. More runnable instances wait."""
+        free = self.settings.workflow_contexts - len(self.runs)
+        if free <= 0 or not self.runnable:
+            return
+        waiting: dict[str, list[str]] = {}
         for key in sorted(self.runnable):
-            if len(self.runs) >= MAX_RUNS:
-                return
+            inst = self.instances.get(key)
+            waiting.setdefault("" if inst is None else inst.space, []).append(key)
+        held: dict[str, int] = {}
+        for key in self.runs:
+            inst = self.instances.get(key)
+            space = "" if inst is None else inst.space
+            held[space] = held.get(space, 0) + 1
+        for key in fair.admit(waiting, held, free, self.settings.workflow_contexts_per_space):
             self.runnable.discard(key)
             inst = self.instances.get(key)
             if key in self.runs or inst is None or not d.needs_context(inst, now):
@@ -431,7 +469,19 @@ class Engine:
 
     def _fold_log(self, m: Any, before_end: bool = True) -> None:
         key = m.key.decode() if m.key else ""
-        kafka.fold_or_skip("workflow-engine", m, lambda record: self.fold(key, record))
+        kafka.fold_or_skip("workflow-engine", m, lambda record: self.fold(key, sealing.open_record(record, self.ring)))
+
+    def _fold_keys(self, m: Any, before_end: bool = True) -> None:
+        if m.key is None:
+            return
+        if m.value is None:  # a tombstone: the key was destroyed by a purge
+            self.ring.drop(m.key.decode())
+            return
+        kafka.fold_or_skip("workflow-engine", m, lambda record: self._key(m.key.decode(), record))
+
+    def _key(self, key_id: str, record: r.Record) -> None:
+        if isinstance(record, r.DataKey) and record.keyId == key_id:
+            self.ring.add(record)
 
     def _fold_control(self, m: Any, before_end: bool = True) -> None:
         kafka.fold_or_skip("workflow-engine", m, self.control.fold)
@@ -441,9 +491,10 @@ class Engine:
         self.blocked.clear()
         self.wake.set()
 
-    async def _commit_offsets(self, consumer: AIOKafkaConsumer) -> None:
+    async def _commit_offsets(self, consumer: AIOKafkaConsumer, admin: AIOKafkaAdminClient) -> None:
         """The group's offsets, committed after the decisions they cover (in order, so the last
-        transaction put before them is enough to wait for)."""
+        transaction put before them is enough to wait for); the commands before them are then
+        deleted: their documents live on only sealed in the instance log."""
         committed: dict[TopicPartition, int] = {}
         while True:
             await asyncio.sleep(0.2)
@@ -454,6 +505,7 @@ class Engine:
                 await asyncio.shield(self.last_put)
             await consumer.commit(offsets)
             committed.update(offsets)
+            await admin.delete_records({tp: RecordsToDelete(o) for tp, o in offsets.items()})
 
     async def run(self) -> None:
         kafka.shorten_txn_retry()
@@ -464,10 +516,16 @@ class Engine:
             await kafka.started(stack, producer)  # fences and aborts whatever an earlier engine left open
             log_reader, log_tps = await self._reader(stack, self.settings.topic("workflow"))
             control_reader, control_tps = await self._reader(stack, self.settings.topic("control"))
+            keys_reader, keys_tps = await self._reader(stack, self.settings.topic("workflow.keys"))
             commands, command_tps = await self._reader(
                 stack, self.settings.topic("workflow.commands"), f"{prefix}-workflow-engine"
             )
-            await self._serve(producer, log_reader, log_tps, control_reader, control_tps, commands, command_tps)
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
+            stack.push_async_callback(admin.close)  # an admin client closes, it does not stop
+            await admin.start()
+            await kafka.read_to_end(keys_reader, keys_tps, self._fold_keys)
+            await keys_reader.stop()  # the only writer of the keys as well
+            await self._serve(producer, log_reader, log_tps, control_reader, control_tps, commands, command_tps, admin)
 
     async def _serve(
         self,
@@ -478,6 +536,7 @@ class Engine:
         control_tps: list[TopicPartition],
         commands: AIOKafkaConsumer,
         command_tps: list[TopicPartition],
+        admin: AIOKafkaAdminClient,
     ) -> None:
         try:
             await kafka.read_to_end(control_reader, control_tps, self._fold_control)
@@ -493,7 +552,7 @@ class Engine:
                 tasks.create_task(self.outbox.run())
                 tasks.create_task(self.schedule())
                 tasks.create_task(kafka.follow(commands, self.command, self.wake.set, max_records=1000))
-                tasks.create_task(self._commit_offsets(commands))
+                tasks.create_task(self._commit_offsets(commands, admin))
                 tasks.create_task(kafka.follow(control_reader, self._fold_control, self._control_changed))
                 tasks.create_task(self._recheck(control_reader, control_tps))
         finally:
@@ -511,7 +570,14 @@ class Engine:
             await self.runtimes.close()
 
 
+def warn_if_nonconformant(settings: Settings) -> None:
+    """Settings only SUMI_NONCONFORMANT_TEST_SETTINGS=1 allows are said at start, every time."""
+    for why in settings.nonconformance():
+        log.warning("this Host is not conformant to DurableWorkflow 0.3.0: %s", why)
+
+
 async def serve(settings: Settings) -> None:
+    warn_if_nonconformant(settings)
     await Engine(settings).run()
 
 

@@ -28,6 +28,7 @@ from sumi.core.topics import ensure_topics, partition_for
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow.engine import Engine
+from sumi_projections._keys import Keys
 
 SPACE = "demo"
 TERMINAL = ("complete", "errored", "terminated")
@@ -204,15 +205,19 @@ def reader(settings: Settings, topic: str) -> AIOKafkaConsumer:
 
 
 async def _tail(settings: Settings, log: Log) -> None:
+    """The instance log as it commits, its sealed documents opened with the keys alive, as the
+    workflow projection reads it."""
     consumer = reader(settings, "workflow")
+    keys = Keys(settings)
     await consumer.start()
     try:
         while True:
             for messages in (await consumer.getmany(timeout_ms=100)).values():
-                for m in messages:
-                    log.add(codec.decode(m.value))
+                for rec in await keys.open([codec.decode(m.value) for m in messages]):
+                    log.add(rec)
     finally:
         await consumer.stop()
+        await keys.close()
 
 
 @contextlib.asynccontextmanager
@@ -224,7 +229,7 @@ async def engine_bench(
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
     await producer.start()
     log = Log()
-    engine = engine_cls(settings, limits or d.Limits())
+    engine = engine_cls(settings, limits)  # None: the limits the settings give
     tasks = [asyncio.create_task(_tail(settings, log))]
     if in_process:
         tasks.append(asyncio.create_task(engine.run()))

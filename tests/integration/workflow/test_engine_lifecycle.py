@@ -12,7 +12,6 @@ import pytest
 from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.config import Settings
-from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow.engine import Engine
 from tests.hostkit import new_settings
@@ -59,8 +58,8 @@ class Flow:
 """
 
 
-def new(kafka_bootstrap: str, database_url: str) -> Settings:
-    return new_settings(kafka_bootstrap, database_url)
+def new(kafka_bootstrap: str, database_url: str, **overrides: object) -> Settings:
+    return new_settings(kafka_bootstrap, database_url, **overrides)
 
 
 async def test_terminate_is_answered_after_the_physical_stop(kafka_bootstrap: str, database_url: str) -> None:
@@ -79,8 +78,9 @@ async def test_terminate_is_answered_after_the_physical_stop(kafka_bootstrap: st
 
 
 async def test_retention_purges_terminal_instances_by_a_durable_timer(kafka_bootstrap: str, database_url: str) -> None:
-    # WF-47 (the period is a setting; here 2 s), WF-20
-    async with engine_bench(new(kafka_bootstrap, database_url), d.Limits(retention_ms=2000)) as (b, engine):
+    # WF-47 (the period is a setting; 2 s only with the test-only opt-in), WF-20
+    settings = new(kafka_bootstrap, database_url, workflow_retention_seconds=2, nonconformant_test_settings=True)
+    async with engine_bench(settings) as (b, engine):
         await b.deploy(ONE)
         assert (await b.create("r1")).accepted
         await b.status("r1", "complete")

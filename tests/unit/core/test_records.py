@@ -59,6 +59,7 @@ SAMPLES = [
     r.InstanceStatusChanged("wf_1", "inst-1", "errored", 28, None, "step_failed", "Error: declined"),
     r.InstancePurged("wf_1", "inst-1", 29),
     r.InstancesPurged("wf_1", 30, "op_4"),
+    r.DataKey("dk_01j", "wf_1", "inst-1", bytes(range(32)), 31, 2),
     r.RecordQuarantined(
         "control", "sumi.commands", 2, 41, "unknown_schema", "fingerprint 00", 21, b"\xc3\x01", b"demo"
     ),

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sumi.runtime import JsRuntime
+from sumi.runtime import EnvSpec, JsRuntime
 from tests.unit.runtime.workflow_testkit import REJECT, StepHost, Workflows, done, failed, invocation, js_run
 
 
@@ -168,3 +168,55 @@ async def test_patched_prototypes_do_not_change_what_is_committed_or_returned(wf
             "result": {"n": 1},
         },
     )
+
+
+# WF-28: shapes that are functions with something like a `run`, and are not constructible classes.
+NOT_WORKFLOW_CLASSES = """
+  export function* Generator() {}
+  Generator.prototype.run = function () {};
+  export async function* AsyncGenerator() {}
+  AsyncGenerator.prototype.run = function () {};
+  export async function AsyncFn() {}
+  AsyncFn.prototype = { run() {} };
+  export const Arrow = () => {};
+  Arrow.prototype = { run() {} };
+  export const Method = { m() {} }.m;
+  Method.prototype = { run() {} };
+  class Real { run() {} }
+  export const Bound = Real.bind(null);
+  export const TrappedClass = new Proxy(Real, { construct() { throw new Error('no'); } });
+  export const PlainProxy = new Proxy(Real, {});
+  export const ProxiedArrow = new Proxy(() => {}, { construct() { return {}; }, get() { return { run() {} }; } });
+  // The check must not run this getter: if it did, it would see a function.
+  export class GetterRun { get run() { return function () {}; } }
+  export class InheritedGetter extends GetterRun {}
+  export class DataNotCallable {}
+  DataNotCallable.prototype.run = 1;
+"""
+WORKFLOW_CLASSES = """
+  export function Plain() {}
+  Plain.prototype.run = function () {};
+  class Base { async run() {} }
+  export class Inherits extends Base {}
+  export class Own { run() {} }
+"""
+
+
+async def test_only_constructible_classes_with_a_callable_run_are_workflow_classes(wf: Workflows) -> None:  # WF-28
+    ctx = await wf.runtime.start_context(wf.modules(NOT_WORKFLOW_CLASSES + WORKFLOW_CLASSES, ""), wf.main)
+    info = await ctx.load_info()
+    await ctx.stop()
+    assert info.load_error is None
+    assert sorted(info.workflow_classes) == ["Inherits", "Own", "Plain"]
+
+
+@pytest.mark.parametrize("name", ["Generator", "Bound", "TrappedClass", "GetterRun"])
+async def test_running_a_shape_that_is_not_a_workflow_class_is_run_threw(
+    wf: Workflows, name: str
+) -> None:  # WF-28, WF-29
+    ctx = await wf.runtime.start_context(wf.modules(NOT_WORKFLOW_CLASSES, ""), wf.main)
+    inv = invocation()
+    outcome = await ctx.invoke_workflow(type(inv)(name, inv.instance_id, None), EnvSpec(), StepHost())
+    await ctx.stop()
+    assert (outcome.kind, outcome.reason) == ("errored", "run_threw")
+    assert f'no workflow class "{name}"' in (outcome.message or "")

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sumi.runtime import HostError, Limits, PyRuntime
+from sumi.runtime import EnvSpec, HostError, Limits, PyRuntime, WorkflowInvocation
 from sumi.runtime.types import DEFAULT_LIMITS
 from tests.unit.runtime.runtime_testkit import ENV, Host, batch, py, py_queue
 
@@ -46,3 +46,97 @@ async def test_relative_imports_within_the_version(rt: PyRuntime) -> None:
 async def test_cpu_limit_inside_c_code(rt: PyRuntime) -> None:  # QC-32
     result, _ = await invoke(rt, "sum(range(10**12))", limits=Limits(cpu_ms=500))
     assert result.reason == "cpu_limit"
+
+
+# WF-28: only a class whose instances have a callable run qualifies, judged without running its code.
+PY_SHAPES = """
+import builtins
+
+def Generator():
+    yield
+Generator.run = lambda: None
+
+async def AsyncFn():
+    pass
+AsyncFn.run = lambda: None
+
+Lambda = lambda: None
+Lambda.run = lambda: None
+
+class Getter:
+    @property
+    def run(self):  # the check must not run this
+        builtins.getter_ran = True
+        return lambda *a: None
+
+class _MetaRun(type):
+    def run(cls):
+        pass
+
+class OnlyTheMetaclass(metaclass=_MetaRun):
+    pass
+
+class _ClaimsToBeAClass:
+    __class__ = type  # isinstance(obj, type) would believe this
+    def run(self):
+        pass
+
+Impostor = _ClaimsToBeAClass()
+
+class NotCallable:
+    run = 1
+
+class Own:
+    def __init__(self, env):
+        pass
+
+    async def run(self, event, step):
+        return {"getter_ran": getattr(builtins, "getter_ran", False)}
+
+class Inherits(Own):
+    pass
+
+class Static:
+    @staticmethod
+    async def run(event, step):
+        pass
+"""
+
+
+async def test_only_classes_with_a_callable_run_are_workflow_classes(rt: PyRuntime) -> None:  # WF-28
+    ctx = await rt.start_context(py(PY_SHAPES), "worker.py")
+    info = await ctx.load_info()
+    outcome = await ctx.invoke_workflow(WorkflowInvocation("Own", "i-1", None), EnvSpec(), Host())
+    await ctx.stop()
+    assert info.load_error is None
+    assert sorted(info.workflow_classes) == ["Inherits", "Own", "Static"]
+    assert (outcome.kind, outcome.output) == ("complete", {"getter_ran": False})
+
+
+@pytest.mark.parametrize("name", ["Generator", "Getter", "OnlyTheMetaclass", "Impostor"])
+async def test_running_what_is_not_a_workflow_class_is_run_threw(rt: PyRuntime, name: str) -> None:  # WF-28, WF-29
+    ctx = await rt.start_context(py(PY_SHAPES), "worker.py")
+    outcome = await ctx.invoke_workflow(WorkflowInvocation(name, "i-1", None), EnvSpec(), Host())
+    await ctx.stop()
+    assert (outcome.kind, outcome.reason) == ("errored", "run_threw")
+    assert f"no workflow class {name!r}" in (outcome.message or "")
+
+
+async def test_step_has_the_forms_operations_and_nothing_else(rt: PyRuntime) -> None:  # WF-34
+    source = """
+class Own:
+    def __init__(self, env):
+        pass
+
+    async def run(self, event, step):
+        return {
+            "public": sorted(n for n in dir(step) if not n.startswith("__")),
+            "dict": hasattr(step, "__dict__"),
+            "behind": sorted(n for n in dir(step.do.__self__) if not n.startswith("__")),
+        }
+"""
+    ctx = await rt.start_context(py(source), "worker.py")
+    outcome = await ctx.invoke_workflow(WorkflowInvocation("Own", "i-1", None), EnvSpec(), Host())
+    await ctx.stop()
+    names = ["do", "sleep", "waitForEvent", "wait_for_event"]
+    assert outcome.output == {"public": names, "dict": False, "behind": names}

@@ -62,8 +62,34 @@ def test_a_context_start_makes_it_running_and_completion_publishes_output() -> N
 @pytest.mark.parametrize("reason", ["run_threw", "step_failed", "step_definition_mismatch"])
 def test_errored_carries_one_of_the_reasons(reason: str) -> None:  # WF-21, WF-22, WF-35, WF-45
     sim = running()
-    sim.end("errored", reason=reason, message="x")
-    assert sim.inst is not None and sim.inst.error == (reason, "x") and sim.inst.output is None
+    sim.do("a", ok=False)  # the final failure step_failed needs (below)
+    sim.end("errored", reason=reason, message="Error: boom")
+    assert sim.inst is not None and sim.inst.error == (reason, "Error: boom") and sim.inst.output is None
+
+
+@pytest.mark.parametrize(
+    "failed, message",
+    [(False, "Error: boom"), (True, "Error: forged"), (True, "")],
+    ids=["no-failure", "another-message", "no-message"],
+)
+def test_step_failed_stands_only_for_a_final_failure_the_host_committed(failed: bool, message: str) -> None:
+    # WF-44, WF-45: the context's word is not enough; the Host matches it against what it committed.
+    sim = running()
+    sim.do("ok")
+    if failed:
+        sim.do("a", ok=False)
+    sim.end("errored", reason="step_failed", message=message)
+    assert sim.inst is not None and sim.inst.error is not None
+    assert sim.inst.error[0] == "run_threw" and "step_failed" in (sim.inst.error[1] or "")
+
+
+def test_a_failure_committed_in_an_earlier_context_is_still_genuine() -> None:  # WF-36, WF-45
+    sim = running()
+    sim.do("a", ok=False)
+    sim.end("stopped")  # the outcome was lost with the context; a new one replays the failure
+    sim.start()
+    sim.end("errored", reason="step_failed", message="Error: boom")
+    assert sim.inst is not None and sim.inst.error == ("step_failed", "Error: boom")
 
 
 # ---- fencing -----------------------------------------------------------------------------------

@@ -93,6 +93,25 @@ function enter(ctx, fn) {
   if (ctx.dead) return;
   mark(ctx.slot);
   try { fn(); } catch { post({ type: 'log', ctx: ctx.id, level: 'error', text: 'uncaught exception in worker code' }); }
+  checkBuffersSoon();
+}
+
+// The memory limit from the engine's side: this thread's ArrayBuffer backing
+// stores (outside the V8 heap and its limit; each worker thread has its own
+// allocator), as V8 counts them, whatever path allocated them. Read once per
+// turn in which worker code ran, after its promise jobs too (setImmediate);
+// over the limit, the main thread ends the cell as for a heap breach.
+let checkPending = false;
+let overLimit = false;
+function checkBuffersSoon() {
+  if (checkPending || overLimit) return;
+  checkPending = true;
+  setImmediate(() => {
+    checkPending = false;
+    if (process.memoryUsage().arrayBuffers <= workerData.bufferBytes) return;
+    overLimit = true;
+    post({ type: 'buffers_over', ctx: null });
+  });
 }
 
 // The only door between one context's code and this thread. Takes and
@@ -146,7 +165,10 @@ function bridgeOf(ctx) {
           const used = process.memoryUsage().arrayBuffers;
           return used + Number(payload) <= workerData.bufferBytes ? 'ok' : 'no';
         }
-        case 'random': return randomBytes(Number(payload)).toString('base64');
+        case 'random': {
+          const n = Number(payload);
+          return Number.isSafeInteger(n) && n >= 0 && n <= 65536 ? randomBytes(n).toString('base64') : undefined;
+        }
         case 'uuid': return randomUUID();
         case 'url': return JSON.stringify(urlOp(JSON.parse(payload)));
         default: return undefined;
@@ -299,12 +321,14 @@ async function open(msg) {
   contexts.set(ctx.id, ctx);
   bySlot.set(ctx.slot, ctx);
   mark(ctx.slot); // module evaluation is worker code
+  checkBuffersSoon();
   let info;
   try {
     info = await ctx.load();
   } catch (e) {
     info = { loadError: ctx.describe(e) };
   }
+  checkBuffersSoon();
   if (ctx.dead) return;
   ctx.loadInfo = info;
   post(info.loadError

@@ -112,6 +112,10 @@ class Cell {
       this.contexts.get(m.ctx)?.gone();
       return;
     }
+    if (m !== null && typeof m === 'object' && m.type === 'buffers_over') {
+      this.end(null, 'heap_limit'); // as a heap breach: the thread's buffers, not one context's
+      return;
+    }
     const ctx = m !== null && typeof m === 'object' ? this.contexts.get(m.ctx) : undefined;
     if (ctx) ctx.onMessage(m);
     else if (m === null || typeof m !== 'object' || m.ctx !== null) this.end(null, 'threw', new Error('unknown message from a cell'));

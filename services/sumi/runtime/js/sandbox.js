@@ -15,7 +15,7 @@
 // Array.prototype or JSON breaks only its own code, not provenance or results.
 (function () {
   'use strict';
-  const { apply } = Reflect;
+  const { apply, construct } = Reflect;
   const { defineProperty, freeze, getOwnPropertyDescriptor, create, keys, hasOwn } = Object;
   const { parse: jsonParse, stringify: jsonStringify } = JSON;
   const { fromCharCode } = String;
@@ -39,8 +39,66 @@
   const _Uint8Array = Uint8Array;
   const _Promise = Promise;
   const _ArrayBuffer = ArrayBuffer;
+  const _Array = Array;
+  const ArrayFrom = Array.from;
+  // Brand-checked reads of a buffer or typed array: the engine's own slots, which worker
+  // code cannot fake with a prototype or shadow with an own property.
+  const getterOf = (o, k) => getOwnPropertyDescriptor(o, k).get;
+  const TypedArrayProto = Object.getPrototypeOf(Uint8Array.prototype);
+  const taLength = getterOf(TypedArrayProto, 'length');
+  const taByteLength = getterOf(TypedArrayProto, 'byteLength');
+  const taByteOffset = getterOf(TypedArrayProto, 'byteOffset');
+  const taBuffer = getterOf(TypedArrayProto, 'buffer');
+  const taSet = TypedArrayProto.set;
+  const abByteLength = getterOf(ArrayBuffer.prototype, 'byteLength');
+  const abResizable = getterOf(ArrayBuffer.prototype, 'resizable');
+  const sabGrowable = getterOf(SharedArrayBuffer.prototype, 'growable');
+  const abMax = getterOf(ArrayBuffer.prototype, 'maxByteLength');
+  const sabMax = getterOf(SharedArrayBuffer.prototype, 'maxByteLength');
+  const sabByteLength = getterOf(SharedArrayBuffer.prototype, 'byteLength');
+  const slot = (get, v) => { try { return apply(get, v, []); } catch { return undefined; } };
+
+  // Every buffer this file allocates for worker code counts as the worker's own
+  // (install() puts the context's accounting here before any worker code runs).
+  let need = () => {};
+  const newBytes = (n) => { need(n); return new _Uint8Array(n); };
 
   const hostErrors = new WeakSet();
+
+  // WF-28: "a constructible named export whose prototype has a callable run", judged as
+  // the Form states it and without running worker code: no getter, trap or constructor.
+  // Function.prototype.toString gives a Proxy, a bound and a built-in function the
+  // NativeFunction form, and only those, so what qualifies is code the Version wrote
+  // (a Proxy's traps could answer this check one way and the run another). Whether it
+  // is a constructor is IsConstructor itself: Reflect.construct with it as newTarget
+  // constructs `noop`, never it, and reads only its own `prototype` data property.
+  const FunctionToString = Function.prototype.toString;
+  const StringEndsWith = String.prototype.endsWith;
+  const { getPrototypeOf } = Reflect;
+  const MAX_PROTOTYPE_DEPTH = 1000;
+  const noop = function () {};
+  const isConstructor = (f) => {
+    try { construct(noop, [], f); return true; } catch { return false; }
+  };
+  const writtenByTheVersion = (f) => !apply(StringEndsWith, apply(FunctionToString, f, []), ['[native code] }']);
+  function hasCallableRun(proto) {
+    let o = proto;
+    for (let depth = 0; o !== null && depth < MAX_PROTOTYPE_DEPTH; depth++, o = getPrototypeOf(o)) {
+      const d = getOwnPropertyDescriptor(o, 'run');
+      if (d !== undefined) return hasOwn(d, 'value') && typeof d.value === 'function';
+    }
+    return false;
+  }
+  function isWorkflowClass(v) {
+    if (typeof v !== 'function' || !writtenByTheVersion(v) || !isConstructor(v)) return false;
+    try {
+      const p = getOwnPropertyDescriptor(v, 'prototype');
+      return p !== undefined && hasOwn(p, 'value') && typeof p.value === 'object' && p.value !== null
+        && hasCallableRun(p.value);
+    } catch {
+      return false; // a prototype object that is a Proxy whose trap threw
+    }
+  }
 
   // Bounds of what one context may put on the channel (the Python side
   // enforces the same numbers; these keep honest code under them).
@@ -134,7 +192,7 @@
     s = s.replace(/[\t\n\f\r ]/g, '');
     if (s.length % 4 === 0) s = s.replace(/==?$/, '');
     if (s.length % 4 === 1 || /[^A-Za-z0-9+/]/.test(s)) return null;
-    const out = new _Uint8Array((s.length * 3) >> 2);
+    const out = newBytes((s.length * 3) >> 2);
     let acc = 0, bits = 0, j = 0;
     for (let i = 0; i < s.length; i++) {
       acc = (acc << 6) | B64_INDEX[apply(charCodeAt, s, [i])];
@@ -153,7 +211,7 @@
   }
   function btoa(data) {
     const s = String(data);
-    const bytes = new _Uint8Array(s.length);
+    const bytes = newBytes(s.length);
     for (let i = 0; i < s.length; i++) {
       const c = apply(charCodeAt, s, [i]);
       if (c > 255) throw makeError(_Error, 'InvalidCharacterError', 'btoa: character out of Latin-1 range');
@@ -177,7 +235,9 @@
       else if (c < 0x10000) out.push(0xe0 | (c >> 12), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
       else out.push(0xf0 | (c >> 18), 0x80 | ((c >> 12) & 63), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
     }
-    return new _Uint8Array(out);
+    const bytes = newBytes(out.length);
+    apply(taSet, bytes, [out]);
+    return bytes;
   }
 
   function utf8Decode(bytes, fatal) {
@@ -208,7 +268,9 @@
   }
 
   function toBytes(input, what) {
-    if (input instanceof _ArrayBuffer) return new _Uint8Array(input);
+    if (slot(abByteLength, input) !== undefined) return new _Uint8Array(input);
+    const length = slot(taByteLength, input);
+    if (length !== undefined) return new _Uint8Array(slot(taBuffer, input), slot(taByteOffset, input), length);
     if (isView(input)) return new _Uint8Array(input.buffer, input.byteOffset, input.byteLength);
     throw new _TypeError(`${what} must be an ArrayBuffer or ArrayBufferView`);
   }
@@ -280,66 +342,120 @@
   // bytes are reported to the worker thread in chunks, which refuses once the
   // context's buffers (live or not yet collected) would pass its memory limit.
   // The whole process has an OS memory cap besides (the walls).
+  //
+  // Every value the count depends on is read once, and the engine is handed
+  // that same primitive (a valueOf answering 0 to the count and 256 MiB to the
+  // engine is how this was got around): lengths are converted here, option
+  // bags rebuilt, typed-array sources copied to a plain array first. Paths
+  // that still allocate past these checks are caught after the turn by
+  // cell.mjs, from the engine's own count of the thread's buffers.
   const CHECK_CHUNK = 256 * 1024;
   function limitBufferMemory(global, allowed) {
     let unchecked = 0;
-    const need = (bytes) => {
+    // Resizable and growable buffers are V8's own reservations, which the thread's
+    // allocator (the count cell.mjs checks) never sees: each is counted here at its
+    // maximum from its creation until it is collected.
+    let reserved = 0;
+    const reservations = new FinalizationRegistry((n) => { reserved -= n; });
+    const reserve = (buffer) => {
+      if (!slot(abResizable, buffer) && !slot(sabGrowable, buffer)) return buffer;
+      const max = count(slot(abMax, buffer) ?? slot(sabMax, buffer));
+      reserved += max;
+      reservations.register(buffer, max);
+      return buffer;
+    };
+    need = (bytes) => {
       if (!(bytes > 0)) return;
       unchecked += bytes;
       if (unchecked < CHECK_CHUNK) return;
       const n = unchecked;
       unchecked = 0;
-      if (!allowed(n)) throw new _RangeError('Array buffer allocation failed: the context would exceed its memory limit');
+      if (!allowed(n + reserved)) throw new _RangeError('Array buffer allocation failed: the context would exceed its memory limit');
     };
+    // ToNumber, once: an object's valueOf runs here and only here.
+    const prim = (v) => (v !== null && (typeof v === 'object' || typeof v === 'function') ? +v : v);
     const count = (v) => {
       const n = typeof v === 'number' ? v : typeof v === 'bigint' ? 0 : Number(v);
       return n > 0 && n < Infinity ? n : 0;
     };
-    const wrapCtor = (C, size) => {
-      const wrapped = new Proxy(C, {
-        construct(target, args, newTarget) {
-          need(size(args));
-          return Reflect.construct(target, args, newTarget);
-        },
-      });
+    const isBuffer = (v) => slot(abByteLength, v) !== undefined || slot(sabByteLength, v) !== undefined;
+    const bufferSize = (self) => count(slot(abByteLength, self) ?? slot(sabByteLength, self));
+    const wrapCtor = (C, build) => {
+      const wrapped = new Proxy(C, { construct: (target, args, newTarget) => build(target, args, newTarget) });
       defineProperty(C.prototype, 'constructor', { value: wrapped, writable: true, enumerable: false, configurable: true });
       defineProperty(global, C.name, { value: wrapped, writable: true, enumerable: false, configurable: true });
     };
+    // size(self, args) -> [bytes, the arguments the engine gets]
     const wrapMethod = (proto, name, size) => {
       const d = getOwnPropertyDescriptor(proto, name);
       if (!d || typeof d.value !== 'function') return;
       const original = d.value;
       const method = {
         [name](...args) {
-          need(size(this, args));
-          return apply(original, this, args);
+          const [bytes, pass] = size(this, args);
+          need(bytes);
+          return apply(original, this, pass);
         },
       }[name];
       defineProperty(proto, name, { ...d, value: method });
     };
-    const bufferSize = (args) => {
+    const newBuffer = (target, args, newTarget) => {
+      const length = prim(args[0]);
       const opts = args[1];
-      const max = typeof opts === 'object' && opts !== null ? count(opts.maxByteLength) : 0;
-      return count(args[0]) + max;
+      const max = opts !== null && typeof opts === 'object' ? prim(opts.maxByteLength) : undefined;
+      need(count(length) + count(max));
+      return reserve(construct(target, max === undefined ? [length] : [length, { maxByteLength: max }], newTarget));
     };
-    wrapCtor(ArrayBuffer, bufferSize);
-    wrapCtor(SharedArrayBuffer, bufferSize);
-    const own = (self) => { try { return count(self.byteLength); } catch { return 0; } };
-    wrapMethod(ArrayBuffer.prototype, 'slice', own);
-    wrapMethod(ArrayBuffer.prototype, 'resize', (self, args) => count(args[0]) - own(self));
-    wrapMethod(ArrayBuffer.prototype, 'transfer', (self, args) => (args[0] === undefined ? 0 : count(args[0]) - own(self)));
-    wrapMethod(SharedArrayBuffer.prototype, 'slice', own);
-    wrapMethod(SharedArrayBuffer.prototype, 'grow', (self, args) => count(args[0]) - own(self));
-    const TypedArray = Object.getPrototypeOf(Int8Array);
-    for (const name of ['slice', 'map', 'filter']) wrapMethod(TypedArray.prototype, name, own);
+    wrapCtor(ArrayBuffer, newBuffer);
+    wrapCtor(SharedArrayBuffer, newBuffer);
+    const ownBytes = (self, args) => [bufferSize(self), args];
+    const replaced = (self, args) => {
+      const length = prim(args[0]);
+      // Within its maximum, a resizable buffer was counted whole when it was made.
+      const counted = slot(abResizable, self) || slot(sabGrowable, self);
+      return [counted ? 0 : count(length) - bufferSize(self), [length]];
+    };
+    wrapMethod(ArrayBuffer.prototype, 'slice', ownBytes);
+    wrapMethod(ArrayBuffer.prototype, 'resize', replaced);
+    for (const name of ['transfer', 'transferToFixedLength']) {
+      wrapMethod(ArrayBuffer.prototype, name, (self, args) => {
+        const length = prim(args[0]);
+        return [count(length === undefined ? bufferSize(self) : length), length === undefined ? [] : [length]];
+      });
+      const method = ArrayBuffer.prototype[name];
+      if (method) {
+        defineProperty(ArrayBuffer.prototype, name, {
+          ...getOwnPropertyDescriptor(ArrayBuffer.prototype, name),
+          value: { [name](...args) { return reserve(apply(method, this, args)); } }[name],
+        });
+      }
+    }
+    wrapMethod(SharedArrayBuffer.prototype, 'slice', ownBytes);
+    wrapMethod(SharedArrayBuffer.prototype, 'grow', replaced);
+    const viewBytes = (self, args) => [count(slot(taByteLength, self)), args];
+    for (const name of ['slice', 'map', 'filter']) wrapMethod(TypedArrayProto, name, viewBytes);
     for (const C of [Int8Array, Uint8Array, Uint8ClampedArray, Int16Array, Uint16Array, Int32Array, Uint32Array,
       Float32Array, Float64Array, BigInt64Array, BigUint64Array]) {
       const width = C.BYTES_PER_ELEMENT;
-      wrapCtor(C, (args) => {
+      wrapCtor(C, (target, args, newTarget) => {
         const a = args[0];
-        if (typeof a !== 'object' || a === null) return count(a) * width;
-        if (a instanceof _ArrayBuffer || a instanceof SharedArrayBuffer) return 0; // a view: no new memory
-        try { return count(a.length) * width; } catch { return 0; }
+        if (a === null || (typeof a !== 'object' && typeof a !== 'function')) {
+          need(count(a) * width);
+          return construct(target, args, newTarget);
+        }
+        if (isBuffer(a)) return construct(target, args, newTarget); // a view: no new memory
+        const sourceLength = slot(taLength, a);
+        if (sourceLength !== undefined) {
+          need(count(sourceLength) * width);
+          return construct(target, [a], newTarget);
+        }
+        // An array-like or iterable: its length is whatever it says each time it is
+        // asked, so it is asked once (Array.from), and the engine gets that array.
+        const list = apply(ArrayFrom, _Array, [a]);
+        need(list.length * width);
+        const out = construct(target, [list.length], newTarget);
+        apply(taSet, out, [list]);
+        return out;
       });
     }
   }
@@ -404,12 +520,13 @@
     const INTEGER_ARRAYS = [Int8Array, Uint8Array, Uint8ClampedArray, Int16Array, Uint16Array, Int32Array, Uint32Array, BigInt64Array, BigUint64Array];
     const crypto = freeze({
       getRandomValues(array) {
-        if (!INTEGER_ARRAYS.some((C) => array instanceof C)) {
+        if (!INTEGER_ARRAYS.some((C) => array instanceof C) || slot(taByteLength, array) === undefined) {
           throw makeError(_TypeError, 'TypeMismatchError', 'getRandomValues: argument must be an integer TypedArray');
         }
-        if (array.byteLength > 65536) throw makeError(_Error, 'QuotaExceededError', 'getRandomValues: at most 65536 bytes');
-        const bytes = base64ToBytes(send('random', String(array.byteLength)));
-        new _Uint8Array(array.buffer, array.byteOffset, array.byteLength).set(bytes);
+        const length = slot(taByteLength, array); // read once, from the engine's slot
+        if (length > 65536) throw makeError(_Error, 'QuotaExceededError', 'getRandomValues: at most 65536 bytes');
+        const bytes = base64ToBytes(send('random', String(length)));
+        apply(taSet, new _Uint8Array(slot(taBuffer, array), slot(taByteOffset, array), length), [bytes]);
         return array;
       },
       randomUUID() { return send('uuid', ''); },
@@ -601,7 +718,7 @@
     };
 
     const workflow = extensions && extensions.installWorkflow
-      ? extensions.installWorkflow({ hostCall, makeHostError, checkDocument: extensions.checkDocument, describe })
+      ? extensions.installWorkflow({ hostCall, makeHostError, checkDocument: extensions.checkDocument, describe, isWorkflowClass })
       : null;
 
     let mainNs = null;
@@ -615,11 +732,7 @@
           for (const k of keys(def)) if (typeof def[k] === 'function') info.handlers.push(k);
         }
         for (const k of keys(mainNs)) {
-          const v = mainNs[k];
-          if (k === 'default' || typeof v !== 'function') continue;
-          const proto = getOwnPropertyDescriptor(v, 'prototype');
-          const constructible = proto !== undefined && typeof proto.value === 'object' && proto.value !== null;
-          if (constructible && typeof proto.value.run === 'function') info.workflowClasses.push(k);
+          if (k !== 'default' && isWorkflowClass(mainNs[k])) info.workflowClasses.push(k);
         }
         return encode(info);
       },

@@ -103,8 +103,8 @@
 
   return function installWorkflow(deps) {
     // deps: { hostCall(method, args) -> Promise, makeHostError(name, message), checkDocument(value),
-    //         describe(error) -> {name, message} } (document.mjs, sandbox.js)
-    const { hostCall, makeHostError, checkDocument, describe } = deps;
+    //         describe(error) -> {name, message}, isWorkflowClass(value) } (document.mjs, sandbox.js)
+    const { hostCall, makeHostError, checkDocument, describe, isWorkflowClass } = deps;
     const typeError = (message) => new _TypeError(message);
     // The canonical JSON of a document from a Host reply or the history; undefined for none (DOC-5).
     const canonicalOf = (doc) => {
@@ -411,8 +411,7 @@
 
       try {
         const Export = mainNs[String(own(inv, 'className'))];
-        const proto = typeof Export === 'function' ? Export.prototype : undefined;
-        if (!isObject(proto) || typeof proto.run !== 'function') {
+        if (!isWorkflowClass(Export)) {
           throw typeError(`main module has no workflow class "${inv.className}" with a run method`);
         }
         const params = own(inv, 'params');

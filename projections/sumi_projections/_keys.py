@@ -1,0 +1,90 @@
+"""The data keys, as a projection of the instance log needs them: the fold of the key topic,
+read on demand, so that sealed documents are shown opened while their key lives and absent
+once a purge has destroyed it (sumi.core.sealing).
+
+A record and the key that seals it commit in one transaction, but the two topics' commit
+markers land one after the other: a key a record names may not be readable yet when the
+record already is. A key that is neither known nor known destroyed, and was made moments ago
+(its ID is a ULID, so it tells when), is waited for a little; an older one is gone (its
+tombstone compacted away), and what it sealed reads as absent.
+"""
+
+import asyncio
+import time
+from collections import OrderedDict
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from ulid import ULID
+
+from sumi.core import kafka, sealing
+from sumi.core import records as r
+from sumi.core.config import Settings
+
+FRESH_MS = 30_000  # a key made this recently may still be on its way
+WAIT_S = 10.0  # at most this long per batch
+DROPPED = 100_000  # destroyed key IDs remembered (so a fresh one is not waited for)
+
+
+class Keys:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.ring = sealing.KeyRing()
+        self.dropped: OrderedDict[str, None] = OrderedDict()
+        self.consumer: AIOKafkaConsumer | None = None
+        self.tps: list[TopicPartition] = []
+
+    async def open(self, records: list[Any]) -> list[Any]:
+        """The records with their documents opened by the keys alive now."""
+        wanted = set().union(*(sealing.missing(rec, self.ring) for rec in records))
+        if wanted:
+            await self._catch_up(wanted)
+        return [sealing.open_record(rec, self.ring) for rec in records]
+
+    async def close(self) -> None:
+        if self.consumer is not None:
+            await self.consumer.stop()
+
+    async def _catch_up(self, wanted: set[str]) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            await self._read_to_end()
+            wanted = {k for k in wanted if k not in self.ring.keys and k not in self.dropped}
+            if not any(_fresh(k) for k in wanted) or time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.05)
+
+    async def _read_to_end(self) -> None:
+        if self.consumer is None:
+            self.consumer = kafka.new_consumer(self.settings)
+            await self.consumer.start()
+            self.tps = await kafka.partitions(self.consumer, self.settings.topic("workflow.keys"))
+            self.consumer.assign(self.tps)
+            await self.consumer.seek_to_beginning(*self.tps)
+        ends = await self.consumer.end_offsets(self.tps)
+        async for batch in kafka.batches(self.consumer, ends):
+            for messages in batch.values():
+                for m in messages:
+                    self._fold(m)
+
+    def _fold(self, m: Any) -> None:
+        if m.key is None:
+            return
+        key_id = m.key.decode()
+        if m.value is None:
+            self.ring.drop(key_id)
+            self.dropped[key_id] = None
+            if len(self.dropped) > DROPPED:
+                self.dropped.popitem(last=False)
+            return
+        record = kafka.decode(m.value)
+        if isinstance(record, r.DataKey) and record.keyId == key_id:
+            self.ring.add(record)
+
+
+def _fresh(key_id: str) -> bool:
+    try:
+        made = ULID.from_str(key_id.removeprefix("dk_").upper()).milliseconds
+    except ValueError:
+        return False
+    return time.time() * 1000 - made < FRESH_MS

@@ -1,0 +1,154 @@
+"""Sealed documents and the ring of data keys that opens them (crypto-shredding, docs/decisions.md).
+
+A document on the workflow log is sealed with AES-256-GCM under a data key that lives only on
+the compacted key topic (`<prefix>.workflow.keys`). A purge writes the key's tombstone: the
+ciphertext left on the other, never-compacted logs can then no longer be opened by anyone,
+the Host and an auditor alike.
+
+A sealed document is a string of its own form in the same Avro field as a plain one:
+`sealed1:<keyId>:<base64url(nonce | ciphertext | tag)>`. A canonical JSON text never starts
+with `s` (only `{ [ " - 0-9 t f n`), so records written before sealing existed stay readable
+as they are and need no schema change. The key ID is authenticated with the ciphertext, so a
+sealed document moved under another key's name does not open.
+
+Keys are Host secrets: `DataKey.key` is left out of its repr, and nothing here logs.
+"""
+
+import base64
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from sumi.core import records as r
+
+PREFIX = "sealed1:"
+KEY_BYTES = 32
+NONCE_BYTES = 12  # random per seal: 2^32 seals per key stay far below GCM's collision bound
+
+
+def new_key(key_id: str, workflow_uid: str, instance_id: str, now: int, sequence: int | None = None) -> r.DataKey:
+    return r.DataKey(key_id, workflow_uid, instance_id, AESGCM.generate_key(bit_length=8 * KEY_BYTES), now, sequence)
+
+
+def is_sealed(text: str | None) -> bool:
+    return text is not None and text.startswith(PREFIX)
+
+
+def key_id_of(text: str) -> str:
+    """The key a sealed document names (what a reader must hold to open it)."""
+    return text[len(PREFIX) :].split(":", 1)[0]
+
+
+def seal(key: r.DataKey, text: str) -> str:
+    nonce = os.urandom(NONCE_BYTES)
+    body = AESGCM(key.key).encrypt(nonce, text.encode("utf-8"), key.keyId.encode())
+    return f"{PREFIX}{key.keyId}:{base64.urlsafe_b64encode(nonce + body).decode()}"
+
+
+def unseal(key: r.DataKey, text: str) -> str | None:
+    """The plain document, or None when `text` is not a document sealed under `key`."""
+    if not is_sealed(text) or key_id_of(text) != key.keyId:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text[len(PREFIX) :].split(":", 1)[1])
+        plain = AESGCM(key.key).decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], key.keyId.encode())
+        return plain.decode("utf-8")
+    except (IndexError, ValueError, InvalidTag):
+        return None
+
+
+@dataclass
+class KeyRing:
+    """The data keys still alive: the fold of the key topic (a tombstone drops its key), with
+    the indexes a purge needs (every key of an instance, of a Workflow)."""
+
+    keys: dict[str, r.DataKey] = field(default_factory=dict)
+    of_instance: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    named: dict[tuple[str, str, int | None], str] = field(default_factory=dict)  # (wf, id, seq) -> key ID
+
+    def fold(self, key_id: str, value: r.DataKey | None) -> None:
+        if value is None:
+            self.drop(key_id)
+        else:
+            self.add(value)
+
+    def add(self, key: r.DataKey) -> None:
+        self.keys[key.keyId] = key
+        self.of_instance.setdefault((key.workflowUid, key.instanceId), set()).add(key.keyId)
+        self.named[(key.workflowUid, key.instanceId, key.sequence)] = key.keyId
+
+    def drop(self, key_id: str) -> None:
+        key = self.keys.pop(key_id, None)
+        if key is None:
+            return
+        owner = (key.workflowUid, key.instanceId)
+        ids = self.of_instance.get(owner)
+        if ids is not None:
+            ids.discard(key_id)
+            if not ids:
+                del self.of_instance[owner]
+        if self.named.get((*owner, key.sequence)) == key_id:
+            del self.named[(*owner, key.sequence)]
+
+    def key_for(self, workflow_uid: str, instance_id: str, sequence: int | None = None) -> r.DataKey | None:
+        """The instance's key (sequence None) or one event's key, while it lives."""
+        key_id = self.named.get((workflow_uid, instance_id, sequence))
+        return None if key_id is None else self.keys.get(key_id)
+
+    def keys_of(self, workflow_uid: str, instance_id: str) -> list[str]:
+        return sorted(self.of_instance.get((workflow_uid, instance_id), ()))
+
+    def keys_of_workflow(self, workflow_uid: str) -> list[str]:
+        return sorted(k for (wf, _), ids in self.of_instance.items() if wf == workflow_uid for k in ids)
+
+    def open(self, text: str | None) -> str | None:
+        """A document as the log holds it, opened: plain text as is; sealed text with its key,
+        or None once the key is gone (purged) or when it does not open."""
+        if text is None or not is_sealed(text):
+            return text
+        key = self.keys.get(key_id_of(text))
+        return None if key is None else unseal(key, text)
+
+
+# The document fields of each record type (DOC-5 documents, and the worker's error messages).
+SEALED: dict[type, tuple[str, ...]] = {
+    r.InstanceCreated: ("params",),
+    r.StepAttemptCommitted: ("result", "errorMessage"),
+    r.EventAccepted: ("payload",),
+    r.InstanceStatusChanged: ("output", "errorMessage"),
+}
+
+
+def owner(rec: Any) -> tuple[str, str, int | None]:
+    """Whose key seals a record's documents: its instance's, or (an event's payload) its event's."""
+    sequence = rec.sequence if isinstance(rec, r.EventAccepted) else None
+    return rec.workflowUid, rec.instanceId, sequence
+
+
+def documents(rec: Any) -> dict[str, str]:
+    """A record's document fields that hold a value."""
+    return {f: v for f in SEALED.get(type(rec), ()) if (v := getattr(rec, f)) is not None}
+
+
+def seal_record(rec: Any, ring: KeyRing) -> Any:
+    """The record as the log holds it: its documents sealed with their key."""
+    plain = documents(rec)
+    key = ring.key_for(*owner(rec)) if plain else None
+    if key is None:
+        return rec
+    return dataclasses.replace(rec, **{f: seal(key, v) for f, v in plain.items()})
+
+
+def open_record(rec: Any, ring: KeyRing) -> Any:
+    """A record read from the log, its documents opened; a field whose key is gone reads as absent."""
+    opened = {f: ring.open(v) for f, v in documents(rec).items() if is_sealed(v)}
+    return dataclasses.replace(rec, **opened) if opened else rec
+
+
+def missing(rec: Any, ring: KeyRing) -> set[str]:
+    """The keys a record's sealed fields name that the ring does not hold (yet, or any more)."""
+    return {k for v in documents(rec).values() if is_sealed(v) and (k := key_id_of(v)) not in ring.keys}
