@@ -19,12 +19,12 @@ deleted Workflow's UID stays in `workflow_purged`.
 """
 
 import dataclasses
-import json
 from typing import Any
 
 import psycopg
 
 from sumi.core import records as r
+from sumi.core.canonical import canonical, loads
 from sumi.core.times import rfc3339
 from sumi_projections import control
 from sumi_projections.control import ts
@@ -99,7 +99,7 @@ def history_data(rec: Any) -> dict[str, Any]:
         if name in HIDDEN or value is None:
             continue
         if name in DOCUMENTS:
-            value = json.loads(value)
+            value = loads(value)
         elif name in TIMES:
             value = rfc3339(value)
         data[name] = value
@@ -107,7 +107,7 @@ def history_data(rec: Any) -> dict[str, Any]:
 
 
 def _data(rec: Any) -> str:
-    return json.dumps(history_data(rec), ensure_ascii=False)
+    return canonical(history_data(rec))
 
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:

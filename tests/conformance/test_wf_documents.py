@@ -168,17 +168,15 @@ TEXT = st.text(
 NAMES = st.text(st.characters(codec="utf-8"), min_size=1, max_size=240) | st.sampled_from(["\x00", "\x00" * 240])
 
 
-def numbers_accepted_today() -> st.SearchStrategy[Any]:
-    """Safe integers and floats of safe magnitude (today's canonical form refuses the rest).
-    Widen to every finite double (subnormals, 1e308, -0, integers past 2**53) once every
-    one has an RFC 8785 form in main (branch `numbers`)."""
-    return st.integers(-(2**53) + 1, 2**53 - 1) | st.floats(
-        min_value=-(2.0**53) + 1, max_value=2.0**53 - 1, allow_nan=False, allow_subnormal=False
-    )
+def doubles() -> st.SearchStrategy[Any]:
+    """Every finite IEEE double (DOC-2: numbers are doubles, one RFC 8785 form everywhere):
+    subnormals, -0.0, 1e308, and integers past 2**53 that a double holds exactly."""
+    floats = st.floats(allow_nan=False, allow_infinity=False)
+    return st.integers(-(2**53) + 1, 2**53 - 1) | floats | floats.filter(float.is_integer).map(int)
 
 
 VALUES = st.recursive(
-    st.none() | st.booleans() | numbers_accepted_today() | TEXT,
+    st.none() | st.booleans() | doubles() | TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
     max_leaves=20,
 )

@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 
-from sumi.core.canonical import canonical
+from sumi.core.canonical import canonical, json_int
 from sumi.core.problems import Problem
 
 # The largest request we read: 100 queue messages of 127,000 bytes in base64, with room.
@@ -28,10 +29,19 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def parse_json(raw: bytes) -> Any:
-    """RFC 8259 JSON only: no NaN/Infinity, no duplicate keys (they would be ambiguous)."""
+def parse_json(raw: bytes, too_deep: str = "invalid_request") -> Any:
+    """RFC 8259 JSON only: no NaN/Infinity, no duplicate keys (they would be ambiguous).
+
+    Numbers are read as JavaScript reads them (sumi.core.canonical.json_int): an integer
+    beyond 2**53 is the nearest double. A body nested deeper than the parser's stack
+    reaches is `too_deep` (the code of a document too deep where the body holds one): it
+    is far deeper than any document may be (MAX_DEPTH)."""
     try:
-        return json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        return json.loads(
+            raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant, parse_int=json_int
+        )
+    except RecursionError:
+        raise Problem(too_deep, "the body is nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise Problem("invalid_request", f"the body is not valid JSON: {exc}") from None
 
@@ -60,13 +70,17 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES, code: str = "payload_too_large") -> bytes:
+    """The body, refused with `code` as soon as it passes `limit` bytes (never read whole)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise Problem(code, f"the body exceeds {limit} bytes")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise Problem("payload_too_large", f"the body exceeds {limit} bytes")
+            raise Problem(code, f"the body exceeds {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -98,3 +112,11 @@ def idempotency_key(value: str | None, required: bool) -> str | None:
     if not 1 <= len(value) <= 255 or any(not 0x21 <= ord(c) <= 0x7E for c in value):
         raise Problem("invalid_request", "Idempotency-Key must be 1..255 visible ASCII characters")
     return value
+
+
+class DocumentResponse(JSONResponse):
+    """A response holding documents, written in the canonical form like every other copy of them:
+    Postgres gives numbers back as decimals (1e308 as 309 digits), the canonical form as doubles."""
+
+    def render(self, content: Any) -> bytes:
+        return canonical(content).encode("utf-8")

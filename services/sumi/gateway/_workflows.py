@@ -36,10 +36,10 @@ from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller, authorize
 from sumi.gateway._backend import Row, backend
 from sumi.gateway._commands import as_decision, request_reply, respond
-from sumi.gateway._json import check_object, fingerprint, idempotency_key, parse_json, read_body
+from sumi.gateway._json import DocumentResponse, check_object, fingerprint, idempotency_key, parse_json, read_body
 from sumi.gateway._query import choice_param, int_param
 from sumi.gateway._routing import route
-from sumi.workflow._documents import is_name
+from sumi.workflow._documents import MAX_DOCUMENT_BYTES, is_name
 from sumi.workflow.commands import (
     UNSET,
     CreateInstance,
@@ -92,11 +92,17 @@ async def workflow_uid(request: Request, write: bool) -> tuple[Caller, str]:
     return caller, str(row["uid"])
 
 
+# A body carries at most one document of 1 MiB canonical (DOC-1); written with every
+# character escaped (\uXXXX, six bytes for one) it still fits. A larger body is refused
+# while it is read, never parsed and walked whole.
+MAX_BODY_BYTES = 8 * MAX_DOCUMENT_BYTES
+
+
 async def _body(request: Request, required: set[str], optional: set[str], empty_ok: bool = False) -> dict[str, Any]:
-    raw = await read_body(request)
+    raw = await read_body(request, MAX_BODY_BYTES, "document_too_large")
     if empty_ok and not raw.strip():
         return {}
-    return check_object(parse_json(raw), required, optional)
+    return check_object(parse_json(raw, too_deep="invalid_params"), required, optional)
 
 
 def _name(value: Any, what: str) -> str:
@@ -182,7 +188,7 @@ async def get_instance(request: Request) -> Response:
     row = await reads.instance(backend(request), uid, iid)
     if row is None:
         raise Problem("unknown_instance", f"no instance {iid!r} of this Workflow")  # WF-20
-    return JSONResponse(instance_json(row))
+    return DocumentResponse(instance_json(row))
 
 
 def instance_json(row: Row) -> dict[str, Any]:
@@ -225,7 +231,7 @@ async def instance_history(request: Request) -> Response:
     if not rows:  # an instance's history starts with its InstanceCreated
         raise Problem("unknown_instance", f"no instance {iid!r} of this Workflow")
     items = [{"seq": r["seq"], "type": r["type"], "at": rfc3339(r["at"]), "data": r["data"]} for r in rows]
-    return JSONResponse({"items": items})
+    return DocumentResponse({"items": items})
 
 
 def encode_cursor(last_id: str) -> str:

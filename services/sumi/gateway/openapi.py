@@ -13,7 +13,12 @@ NAME = {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}
 TIME = {"type": "string", "format": "date-time"}
 INSTANCE_ID = {"type": "string", "minLength": 1, "maxLength": 256, "description": "1..256 Unicode scalar values"}
 INSTANCE_STATUS = {"enum": ["queued", "running", "sleeping", "waiting", "complete", "errored", "terminated"]}
-DOC_SCHEMA = {"type": "object", "description": "a document (DOC-1..6): at most 1024 root properties, 1 MiB canonical"}
+DOC_SCHEMA = {
+    "type": "object",
+    "description": "a document (DOC-1..6): at most 1024 root properties, 1 MiB canonical (RFC 8785), objects "
+    "and arrays nested at most 128 deep (the root counted; deeper is invalid_params); numbers are IEEE doubles "
+    "(an integer beyond 2**53 is read as the nearest double, one beyond the doubles is invalid_params)",
+}
 
 
 def ref(name: str) -> dict[str, str]:

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import struct
 from typing import Any
+
+from sumi.core.canonical import loads
 
 from ._protocol import ProtocolError
 
 MAX_FRAME = 64 * 1024 * 1024
 _HEAD = struct.Struct(">I")
 _SKIP_CHUNK = 1024 * 1024
+# Both runtimes write a frame's contextId among its first fields (op, reqId, contextId, ...).
+_CONTEXT = re.compile(rb'"contextId":"([^"\\]{1,128})"')
+_HEAD_BYTES = 512
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -39,9 +45,19 @@ async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
         raise ProtocolError(f"frame exceeds {MAX_FRAME} bytes")
     body = await reader.readexactly(size)
     try:
-        frame = json.loads(body)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ProtocolError("frame is not JSON") from None
+        frame = loads(body)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ProtocolError(f"frame is not readable JSON: {type(e).__name__}", _context_in(body)) from None
     if not isinstance(frame, dict):
         raise ProtocolError("frame is not a JSON object")
     return frame
+
+
+def _context_in(body: bytes) -> str | None:
+    """The context a frame we cannot parse names, so that it ends with an error, not silently.
+
+    A runtime never writes such a frame (every document it sends is within DOC's depth and
+    size bounds), so it comes from code that broke out of its sandbox, which could as well
+    write a well-formed frame naming that context: trusting the name costs nothing more."""
+    found = _CONTEXT.search(body, 0, _HEAD_BYTES)
+    return found.group(1).decode("utf-8", "replace") if found else None

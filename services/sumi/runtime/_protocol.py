@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .documents import DocumentError, canonical_document
+from sumi.core.canonical import DocumentError, document
+
 from .types import STOP_REASONS
 
 MAX_TEXT = 16 * 1024  # one log line, in characters; the sandbox truncates before this
@@ -188,7 +189,7 @@ def _name(value: Any, what: str, ctx: str) -> str:
 
 def _document(value: Any, what: str, ctx: str) -> Any:
     try:
-        canonical_document(value)
+        document(value)
     except DocumentError as e:
         raise ProtocolError(f"{what}: {e}", ctx) from None
     return value
@@ -344,7 +345,7 @@ def _workflow_outcome(frame: Mapping[str, Any], ctx: str | None) -> dict[str, An
         if "output" not in frame:
             return {"op": "invoke_result", "kind": kind}
         try:
-            canonical_document(frame["output"])
+            document(frame["output"])
         except DocumentError as e:
             raise ProtocolError(f"workflow output: {e}", ctx) from None
         return {"op": "invoke_result", "kind": kind, "output": frame["output"]}

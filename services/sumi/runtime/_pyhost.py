@@ -227,11 +227,13 @@ class PyRuntime:
     def _code(self) -> Path:
         """The runtime's own modules, staged once, as the namespace package ``sumi.runtime``."""
         if self._staged is None:
-            # The one library the child imports: documents.py's RFC 8785 canonical JSON (pure Python).
+            # Beside the runtime: the one canonical form (sumi.core.canonical) and the one library
+            # it imports, rfc8785 (pure Python).
             self._staged = _walls.stage_once(
                 "sumi-pyrt-",
                 {
                     "sumi/runtime": sorted(RUNTIME_DIR.glob("*.py")),
+                    "sumi/core": [RUNTIME_DIR.parent / "core" / "canonical.py"],
                     "rfc8785": sorted(Path(rfc8785.__file__).parent.glob("*.py")),
                 },
             )

@@ -22,14 +22,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
-import json
 import math
 import weakref
 from collections.abc import Callable
 from time import time as _wall_clock  # bound before worker code runs
 from typing import TYPE_CHECKING, Any
 
-from .documents import DocumentError, canonical_document
+from sumi.core.canonical import DocumentError, document, loads
+
 from .types import HostError
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def retry_config(policy: Any) -> dict[str, Any]:
 def _document(value: Any, what: str) -> Any:
     """A checked copy of a document argument, or the Host Error the Host would answer."""
     try:
-        return json.loads(canonical_document(value))
+        return loads(document(value))
     except DocumentError as e:
         raise HostError(e.code, f"{what}: {e}") from None
 
@@ -314,7 +314,7 @@ class Step:
             if result is None:
                 args["ok"] = True
             else:
-                args.update(ok=True, result=json.loads(canonical_document(result)))
+                args.update(ok=True, result=loads(document(result)))
         except DocumentError as e:
             error = "document_too_large" if e.code == "document_too_large" else "TypeError"
             args.update(ok=False, error={"name": error, "message": f"step.do effect result: {e}"})
@@ -416,7 +416,7 @@ def _judge(step: Step, task: asyncio.Task[Any]) -> dict[str, Any]:
         if value is None:
             return {"kind": "complete"}
         try:
-            return {"kind": "complete", "output": json.loads(canonical_document(value))}
+            return {"kind": "complete", "output": loads(document(value))}
         except DocumentError as e:
             return {"kind": "errored", "reason": "run_threw", "message": f"run must return a document or None: {e}"}
     if isinstance(exc, HostError) and exc in step._issued and exc.name == "step_failed":

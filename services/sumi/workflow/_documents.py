@@ -1,35 +1,27 @@
-"""Documents as the Host stores them (DOC-1..6): the checks a Python-side value needs
-before it goes on the log as canonical JSON.
+"""Documents as the Host stores them (DOC-1..6), as Problems: the gateway's and the engine's view
+of ``sumi.core.canonical.document``, the one check and canonical form of a document.
 
-The runtimes check JavaScript values property by property (runtime/js/document.mjs);
-what reaches the engine is already plain JSON, so here only the root shape and the
-limits remain: a root object (DOC-1), at most 1024 own properties on the root, at most
-1 MiB of RFC 8785 canonical UTF-8.
+The runtimes check JavaScript and Python values themselves (runtime/js/document.mjs, the same
+module in the Python child); what reaches the engine is plain JSON, judged here again by the
+same rules (DOC-1's limits, MAX_DEPTH, numbers as doubles).
 """
 
 from typing import Any
 
-from sumi.core.canonical import CanonicalizationError, canonical
+from sumi.core.canonical import MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_ROOT_PROPERTIES, DocumentError, document
 from sumi.core.problems import Problem
 
-MAX_DOCUMENT_BYTES = 1_048_576
-MAX_ROOT_PROPERTIES = 1024
+__all__ = ["MAX_DEPTH", "MAX_DOCUMENT_BYTES", "MAX_NAME_LENGTH", "MAX_ROOT_PROPERTIES", "document_json", "is_name"]
+
 MAX_NAME_LENGTH = 256  # instance IDs, step names, event types: Unicode scalar values (WF-19, WF-23, WF-34)
 
 
 def document_json(value: Any, what: str) -> str:
     """The canonical JSON of a document, or Problem invalid_params / document_too_large (DOC-6)."""
-    if not isinstance(value, dict):
-        raise Problem("invalid_params", f"{what} must be an object (null, arrays and scalars are not documents)")
-    if len(value) > MAX_ROOT_PROPERTIES:
-        raise Problem("document_too_large", f"{what} has more than {MAX_ROOT_PROPERTIES} properties")
     try:
-        text = canonical(value)
-    except (CanonicalizationError, TypeError, ValueError) as exc:
-        raise Problem("invalid_params", f"{what} is not a document: {exc}") from None
-    if len(text.encode("utf-8")) > MAX_DOCUMENT_BYTES:
-        raise Problem("document_too_large", f"{what} exceeds {MAX_DOCUMENT_BYTES} bytes as canonical JSON")
-    return text
+        return document(value)
+    except DocumentError as e:
+        raise Problem(e.code, f"{what}: {e}") from None
 
 
 def is_name(value: object) -> bool:

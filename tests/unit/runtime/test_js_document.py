@@ -132,3 +132,25 @@ def test_patched_intrinsics_do_not_fool_the_checks() -> None:  # DOC-1, DOC-6
     assert r[0]["code"] == "document_too_large"
     assert r[1]["code"] == "invalid_params"  # the lone surrogate is still seen
     assert r[2]["canonical"] == '{"a":[2,"x"],"b":1}'
+
+
+def _nested_js(depth: int) -> str:
+    """JS building objects and arrays in turn, exactly `depth` of them, the root (an object) counted."""
+    return f"let d = {{}}; for (let i = 0; i < {depth - 1}; i++) d = i % 2 === {depth % 2} ? {{a: d}} : [d]; return d"
+
+
+def test_depth_bound() -> None:  # DOC-1, DOC-3: MAX_DEPTH (128), the same bound as sumi.core.canonical
+    at_bound, over, far, shared_ok, shared_over = check_documents(
+        _nested_js(128),
+        _nested_js(129),
+        _nested_js(1500),
+        "const s = (() => { " + _nested_js(127) + " })(); return {s}",
+        "const s = (() => { " + _nested_js(127) + " })(); return {s, deeper: [s]}",
+    )
+    assert at_bound["ok"] and shared_ok["ok"]
+    assert [over["code"], far["code"], shared_over["code"]] == ["invalid_params"] * 3
+
+
+def test_numbers_are_doubles() -> None:  # DOC-2: 2**53 and beyond are documents, -0 is 0
+    (r,) = check_documents("return {a: 2**53, b: 2**60, c: -0, d: 5e-324, e: 1e308}")
+    assert r["canonical"] == '{"a":9007199254740992,"b":1152921504606847000,"c":0,"d":5e-324,"e":1e+308}'

@@ -14,6 +14,14 @@
 // memoized, so a DAG that would expand exponentially is still judged in
 // linear time, and no fragment grows past the limit before we stop.
 //
+// Objects and arrays nest at most MAX_DEPTH deep, the root counted (a DOC
+// limit, the same in sumi.core.canonical): what this accepts the Host can
+// read. A memoized fragment keeps its height, so a shared sub-object is
+// judged again at every depth it is used at.
+//
+// Numbers are IEEE doubles: ES Number::toString is RFC 8785's form, and
+// sumi.core.canonical writes the same bytes for every finite double.
+//
 // The values judged belong to code that may have patched every intrinsic of
 // the realm after this module loaded (JSON.stringify, String.prototype...,
 // Array.prototype.sort): every intrinsic used here is captured when the module
@@ -25,6 +33,7 @@
 // checkDocument cannot tell and is for values built by trusted code.
 export const MAX_DOCUMENT_BYTES = 1048576;
 export const MAX_ROOT_PROPERTIES = 1024;
+export const MAX_DEPTH = 128;
 
 const { getOwnPropertyDescriptor, getPrototypeOf, hasOwn } = Object;
 const { ownKeys, apply } = Reflect;
@@ -79,8 +88,10 @@ function serializeString(s, path) {
 function fragment(str) {
   const bytes = utf8Length(str);
   if (bytes > MAX_DOCUMENT_BYTES) throw tooLarge(`canonical JSON exceeds ${MAX_DOCUMENT_BYTES} bytes`);
-  return { str, bytes };
+  return { str, bytes, height: 0 };
 }
+
+const tooDeep = (path) => invalid(path, `nested deeper than ${MAX_DEPTH} objects and arrays`);
 
 function dataValue(obj, key, path) {
   const d = getOwnPropertyDescriptor(obj, key);
@@ -92,7 +103,7 @@ function dataValue(obj, key, path) {
 class Serializer {
   constructor(isProxy) { this.memo = new _Map(); this.active = new _Set(); this.isProxy = isProxy; }
 
-  value(v, path) {
+  value(v, path, depth) {
     switch (typeof v) {
       case 'string': return fragment(serializeString(v, path));
       case 'boolean': return fragment(v ? 'true' : 'false');
@@ -101,42 +112,49 @@ class Serializer {
         return fragment(v === 0 ? '0' : _String(v)); // ES Number::toString, as RFC 8785 requires
       case 'object':
         if (v === null) return fragment('null');
-        return this.object(v, path);
+        return this.object(v, path, depth);
       case 'undefined': throw invalid(path, 'undefined');
       default: throw invalid(path, `${typeof v} is not a document value`);
     }
   }
 
-  object(v, path, maxKeys) {
+  // depth: how deep v sits, the root being 1.
+  object(v, path, depth, maxKeys) {
     if (this.isProxy(v)) throw invalid(path, 'a Proxy is not a document value');
     const done = apply(mapGet, this.memo, [v]);
-    if (done !== undefined) return done;
+    if (done !== undefined) {
+      if (depth - 1 + done.height > MAX_DEPTH) throw tooDeep(path);
+      return done;
+    }
     if (apply(setHas, this.active, [v])) throw invalid(path, 'cycle');
+    if (depth > MAX_DEPTH) throw tooDeep(path);
     apply(setAdd, this.active, [v]);
-    const out = isArray(v) ? this.array(v, path) : this.plain(v, path, maxKeys);
+    const out = isArray(v) ? this.array(v, path, depth) : this.plain(v, path, depth, maxKeys);
     apply(setDelete, this.active, [v]);
     apply(mapSet, this.memo, [v, out]);
     return out;
   }
 
-  array(v, path) {
+  array(v, path, depth) {
     if (getPrototypeOf(v) !== ARRAY_PROTO) throw invalid(path, 'array with a foreign prototype');
     const len = dataValue(v, 'length', path).value;
     if (ownKeys(v).length !== len + 1) throw invalid(path, 'array with holes or extra properties');
     const parts = [];
     let bytes = 2;
+    let height = 0;
     for (let i = 0; i < len; i++) {
       const p = `${path}[${i}]`;
       const d = dataValue(v, String(i), p);
-      const f = this.value(d.value, p);
+      const f = this.value(d.value, p, depth + 1);
       bytes += f.bytes + (i ? 1 : 0);
       if (bytes > MAX_DOCUMENT_BYTES) throw tooLarge(`canonical JSON exceeds ${MAX_DOCUMENT_BYTES} bytes`);
+      if (f.height > height) height = f.height;
       push(parts, f.str);
     }
-    return { str: `[${apply(arrayJoin, parts, [','])}]`, bytes };
+    return { str: `[${apply(arrayJoin, parts, [','])}]`, bytes, height: height + 1 };
   }
 
-  plain(v, path, maxKeys) {
+  plain(v, path, depth, maxKeys) {
     const proto = getPrototypeOf(v);
     if (proto !== OBJECT_PROTO && proto !== null) throw invalid(path, 'not a plain object');
     const keys = ownKeys(v); // read once: counted and serialised from this one list
@@ -145,18 +163,20 @@ class Serializer {
     apply(arraySort, keys, []); // default order compares UTF-16 code units, as RFC 8785 requires
     const parts = [];
     let bytes = 2;
+    let height = 0;
     for (let i = 0; i < keys.length; i++) {
       const k = keys[i];
       const p = path ? `${path}.${k}` : k;
       const d = dataValue(v, k, p);
       if (!d.enumerable) throw invalid(p, 'non-enumerable property');
       const key = fragment(serializeString(k, p));
-      const f = this.value(d.value, p);
+      const f = this.value(d.value, p, depth + 1);
       bytes += key.bytes + 1 + f.bytes + (parts.length ? 1 : 0);
       if (bytes > MAX_DOCUMENT_BYTES) throw tooLarge(`canonical JSON exceeds ${MAX_DOCUMENT_BYTES} bytes`);
+      if (f.height > height) height = f.height;
       push(parts, `${key.str}:${f.str}`);
     }
-    return { str: `{${apply(arrayJoin, parts, [','])}}`, bytes };
+    return { str: `{${apply(arrayJoin, parts, [','])}}`, bytes, height: height + 1 };
   }
 }
 
@@ -166,7 +186,7 @@ export function makeDocumentChecker({ isProxy }) {
       if (typeof value !== 'object' || value === null || isArray(value)) {
         throw invalid('', 'a document is a plain object');
       }
-      const { str, bytes } = new Serializer(isProxy).object(value, '', MAX_ROOT_PROPERTIES);
+      const { str, bytes } = new Serializer(isProxy).object(value, '', 1, MAX_ROOT_PROPERTIES);
       return { ok: true, canonical: str, size: bytes };
     } catch (e) {
       if (e instanceof Reject) return { ok: false, code: e.code, message: e.message };
