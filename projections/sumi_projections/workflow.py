@@ -72,14 +72,33 @@ _HISTORY = (
     "%b::timestamptz[], %b::text[]) AS u(w, i, q, y, a, d)"
 )
 
-# WF-25: an instance's events that no step consumed lose their payloads when it ends.
-_UNMATCHED = (
-    "UPDATE workflow_history AS h SET data = h.data - 'payload' "
-    "FROM unnest(%b::text[], %b::text[]) AS u(w, i) "
-    "WHERE h.workflow_uid = u.w AND h.instance_id = u.i AND h.type = 'EventAccepted' AND h.data ? 'payload' "
-    "AND NOT EXISTS (SELECT 1 FROM workflow_history s WHERE s.workflow_uid = u.w AND s.instance_id = u.i "
-    "AND s.type = 'StepAttemptCommitted' AND s.data -> 'eventSequence' = h.data -> 'sequence')"
+# WF-25: an instance's events that no step consumed lose their payloads when it ends. Done
+# here, not in SQL: the history is `json` (it must hold the \u0000 escape, which `jsonb`
+# refuses), and `json` has no operators to edit a document with.
+_ENDED_ROWS = (
+    "SELECT h.workflow_uid, h.instance_id, h.seq, h.type, h.data::text FROM workflow_history h "
+    "JOIN unnest(%b::text[], %b::text[]) AS u(w, i) ON h.workflow_uid = u.w AND h.instance_id = u.i "
+    "WHERE h.type IN ('EventAccepted', 'StepAttemptCommitted')"
 )
+_STRIP = (
+    "UPDATE workflow_history AS h SET data = u.d::json "
+    "FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[]) AS u(w, i, q, d) "
+    "WHERE h.workflow_uid = u.w AND h.instance_id = u.i AND h.seq = u.q"
+)
+
+
+async def _strip_unmatched(cur: Cursor, ended: list[tuple[str, str]]) -> None:
+    await cur.execute(_ENDED_ROWS, _columns(ended, 2))
+    rows = [(w, i, q, t, loads(d)) for w, i, q, t, d in await cur.fetchall()]
+    consumed = {(w, i, d.get("eventSequence")) for w, i, _, t, d in rows if t == "StepAttemptCommitted"}
+    stripped = [
+        (w, i, q, canonical({k: v for k, v in d.items() if k != "payload"}))
+        for w, i, q, t, d in rows
+        if t == "EventAccepted" and "payload" in d and (w, i, d.get("sequence")) not in consumed
+    ]
+    if stripped:
+        await cur.execute(_STRIP, _columns(stripped, 4))
+
 
 HISTORY = (
     r.InstanceContextStarted,
@@ -168,7 +187,7 @@ async def _advance(cur: Cursor, items: list[tuple[Any, int]]) -> None:
         await cur.execute(_HISTORY, _columns(history, 6))
     ended = [key for key, recs in per.items() if key in bases and any(_terminal(rec) for rec, _ in recs)]
     if ended:
-        await cur.execute(_UNMATCHED, _columns(ended, 2))
+        await _strip_unmatched(cur, ended)
 
 
 def _terminal(rec: Any) -> bool:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sumi.core.canonical import DocumentError, document
+from sumi.core.canonical import DocumentError, parsed_document
 
 from .types import STOP_REASONS
 
@@ -189,7 +189,7 @@ def _name(value: Any, what: str, ctx: str) -> str:
 
 def _document(value: Any, what: str, ctx: str) -> Any:
     try:
-        document(value)
+        parsed_document(value)  # frames are parsed JSON
     except DocumentError as e:
         raise ProtocolError(f"{what}: {e}", ctx) from None
     return value
@@ -345,7 +345,7 @@ def _workflow_outcome(frame: Mapping[str, Any], ctx: str | None) -> dict[str, An
         if "output" not in frame:
             return {"op": "invoke_result", "kind": kind}
         try:
-            document(frame["output"])
+            parsed_document(frame["output"])
         except DocumentError as e:
             raise ProtocolError(f"workflow output: {e}", ctx) from None
         return {"op": "invoke_result", "kind": kind, "output": frame["output"]}

@@ -8,7 +8,7 @@ same rules (DOC-1's limits, MAX_DEPTH, numbers as doubles).
 
 from typing import Any
 
-from sumi.core.canonical import MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_ROOT_PROPERTIES, DocumentError, document
+from sumi.core.canonical import MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_ROOT_PROPERTIES, DocumentError, parsed_document
 from sumi.core.problems import Problem
 
 __all__ = ["MAX_DEPTH", "MAX_DOCUMENT_BYTES", "MAX_NAME_LENGTH", "MAX_ROOT_PROPERTIES", "document_json", "is_name"]
@@ -17,9 +17,10 @@ MAX_NAME_LENGTH = 256  # instance IDs, step names, event types: Unicode scalar v
 
 
 def document_json(value: Any, what: str) -> str:
-    """The canonical JSON of a document, or Problem invalid_params / document_too_large (DOC-6)."""
+    """The canonical JSON of a document, or Problem invalid_params / document_too_large (DOC-6).
+    Every value here was parsed from JSON (a request body, a command, a runtime frame)."""
     try:
-        return document(value)
+        return parsed_document(value)
     except DocumentError as e:
         raise Problem(e.code, f"{what}: {e}") from None
 
