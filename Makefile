@@ -32,5 +32,5 @@ bench: $(VENV)/.ready
 $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
-	$(BIN)/python -m sumi.infra._kafka >/dev/null
+	$(BIN)/python -m sumi.infra >/dev/null
 	touch $@

@@ -26,6 +26,7 @@ import pytest
 
 from sumi._lifeline import die_with_parent
 from sumi.infra import free_port
+from sumi.infra._cache import cache_dir
 from sumi.infra._ports import port_taken
 from sumi.supervisor import available_services
 from tests.hostkit import new_settings
@@ -37,25 +38,35 @@ PORT_VARS = ("SUMI_KAFKA_PORT", "SUMI_PG_PORT", "SUMI_HTTP_PORT")
 class Up:
     """One `sumi up` run: its process, output, ports and state directory."""
 
-    def __init__(self, workdir: Path, state: Path | None = None, **ports: int) -> None:
+    def __init__(self, workdir: Path, state: Path | None = None, home: Path | None = None, **ports: int) -> None:
         self.state = state or workdir / "state"
         self.ports = {var: ports.get(var) or free_port() for var in PORT_VARS}
         env = {k: v for k, v in os.environ.items() if not k.startswith("SUMI_")}
         env.update({var: str(port) for var, port in self.ports.items()}, SUMI_STATE_DIR=str(self.state))
+        if home is not None:
+            # A user's first start: a HOME with nothing in it and no XDG variables (as under su, cron
+            # or a container); only the broker's jars come from this run's cache, not the network.
+            env = {k: v for k, v in env.items() if not k.startswith("XDG_")}
+            env.update(HOME=str(home), SUMI_CACHE_DIR=str(cache_dir()))
         self.seen: list[psutil.Process] = []
         self.out = workdir / f"up-{len(list(workdir.glob('up-*.out')))}.out"
-        with open(self.out, "wb") as out:
+        # With a HOME of its own, stderr apart: what a user sees there is what the test is about.
+        self.err = self.out.with_suffix(".err") if home is not None else None
+        with open(self.out, "wb") as out, open(self.err or os.devnull, "wb") as err:
             # Its own session: the signals of this test reach `sumi up` only, as the brief's table says.
             # A test run that is itself killed takes its Hosts along (the death signal), never orphans.
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "sumi.cli", "up"],
                 env=env,
                 stdout=out,
-                stderr=subprocess.STDOUT,
+                stderr=err if self.err else subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 preexec_fn=die_with_parent,
             )
+
+    def errors(self) -> str:
+        return self.err.read_text(errors="replace") if self.err else ""
 
     @property
     def url(self) -> str:
@@ -227,6 +238,60 @@ def test_after_ready_sigkill_of_up_leaves_nothing_and_a_dead_service_takes_its_r
     host.proc.send_signal(signal.SIGKILL)  # what the OOM killer or a CI timeout does
     host.proc.wait(5)
     print(f"SIGKILL: gone {host.assert_gone(sent):.1f}s after")
+
+
+QUEUE = "https://edge.forms.takoform.com/forms/AtLeastOnceQueue/0.2.0/"
+
+
+def test_a_first_start_prints_only_its_progress_and_a_new_space_and_queue_no_retry(
+    up: Callable[..., Up], workdir: Path
+) -> None:
+    # Issue 19 item 3, issue 20 item 0 (no Form requirement covers the Host's own output): stderr
+    # stays empty from the start to "ready" and while a Space and a queue are created and used, so
+    # a warning there is news. Each service writes its log to the stderr of `sumi up`.
+    (workdir / "home").mkdir()
+    host = up(home=workdir / "home")
+    host.wait_line("sumi: ready in")
+    assert host.errors() == "", host.errors()
+    lines = host.output().splitlines()
+    assert all(line.startswith("sumi: ") for line in lines), lines
+    token = host.output().split("sumi: admin token ", 1)[1].split()[0]
+    auth = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=host.url, headers=auth, timeout=30) as http:
+        assert http.post("/v2/spaces", json={"name": "quiet"}).status_code == 201
+        queue = create_queue(http, "quiet")
+        sent = http.post(f"/v2/spaces/quiet/queues/{queue}/messages", json={"messages": [{"body": "aGk="}]})
+        assert sent.status_code == 202, sent.text
+    assert "NotEnoughReplicas" not in host.errors() + host.output()
+    assert host.errors() == "", host.errors()
+
+
+def test_fetching_the_jars_ahead_prints_their_place_and_nothing_else() -> None:
+    # Issue 19 item 3: what `make` runs before the first `sumi up` (the cache is warm here).
+    done = subprocess.run(
+        [sys.executable, "-m", "sumi.infra"],
+        env={**os.environ, "SUMI_CACHE_DIR": str(cache_dir())},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert Path(done.stdout.strip(), ".complete").exists(), done.stdout
+
+
+def create_queue(http: httpx.Client, space: str) -> str:
+    r = http.post(
+        f"/v2/spaces/{space}/resources",
+        json={"name": "q", "form": QUEUE, "spec": {"retentionSeconds": 600}},
+        headers={"Idempotency-Key": "quiet-queue"},
+    )
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 120
+    while (op := http.get(r.headers["Location"]).json())["state"] == "pending":
+        assert time.monotonic() < deadline, op
+        time.sleep(0.1)
+    assert op["state"] == "succeeded", op
+    return str(op["resourceUid"])
 
 
 def deploy_example(host: Up) -> None:

@@ -36,6 +36,14 @@ class TopicSpec:
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
+    # Every write is acks=all: a topic whose min.insync.replicas (the cluster's default unless
+    # set here) exceeds its replication answers NotEnoughReplicas forever, so each topic names
+    # its own, never more than it has replicas, and two where there are two to lose one of.
+    isr = {"min.insync.replicas": str(min(settings.replication, 2))}
+    return [TopicSpec(t.name, {**t.config, **isr}) for t in _specs(settings)]
+
+
+def _specs(settings: Settings) -> list[TopicSpec]:
     forever = {"cleanup.policy": "delete", "retention.ms": "-1"}
     large = {"max.message.bytes": str(MAX_RECORD_BYTES)}
     return [

@@ -5,7 +5,6 @@ file, fetched once into the cache and reused (a marker file says the copy is
 whole). The broker listens on 127.0.0.1 only.
 """
 
-import os
 import shutil
 import signal
 import subprocess
@@ -42,6 +41,8 @@ def ensure_jars() -> Path:
             "mvn",
             "-q",
             "-B",
+            # -q still colours its (empty) output: escape codes on a terminal that expects none.
+            "-Dstyle.color=never",
             "-f",
             str(HERE / "pom.xml"),
             "dependency:copy-dependencies",
@@ -141,8 +142,3 @@ class KafkaBroker(Watched):
     def wait_started(self, timeout: float = 90.0) -> "KafkaBroker":
         wait_for_port(self.port, timeout, alive=lambda: self._proc is not None and self._proc.poll() is None)
         return self
-
-
-if __name__ == "__main__":  # fetch the jars only: `python -m sumi.infra._kafka`
-    print(ensure_jars())
-    os._exit(0)

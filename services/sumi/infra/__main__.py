@@ -1,0 +1,12 @@
+"""`python -m sumi.infra`: fetch the broker's jars into the cache, and print where they are.
+
+The entry point of the package rather than of `_kafka`, which the package imports: runpy
+warns when the module it is asked to run as `__main__` was already imported under its name.
+"""
+
+import os
+
+from sumi.infra._kafka import ensure_jars
+
+print(ensure_jars())
+os._exit(0)
