@@ -288,3 +288,13 @@ def parsed_document(value: Any) -> str:
         if text is not None:
             return text
     return document(value)
+
+
+def parsed_canonical(value: Any) -> str:
+    """``canonical(value)`` for a value parsed from JSON or built from typed records (every key
+    a ``str``: the C encoder would write an ``int`` key as a string instead of refusing it)."""
+    if type(value) is dict or type(value) is list:
+        text = _fast(value, None, None)
+        if text is not None:
+            return text
+    return canonical(value)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 import msgspec
 
 from sumi.core import records as r
-from sumi.core.canonical import canonical
+from sumi.core.canonical import parsed_canonical
 from sumi.core.problems import Problem
 
 
@@ -172,7 +172,7 @@ decode = _KINDS.decode
 
 def payload(command: TypedCommand) -> str:
     """The command's payload as it goes on the log: canonical JSON (RFC 8785)."""
-    return canonical(msgspec.to_builtins(command))
+    return parsed_canonical(msgspec.to_builtins(command))
 
 
 def submitted(

@@ -87,6 +87,7 @@ class Channel:
         self.proc: asyncio.subprocess.Process | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.closed = False
+        self._heavy = asyncio.Lock()  # large host calls are checked off the loop, one at a time
 
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
@@ -170,14 +171,15 @@ class Channel:
         try:
             while True:
                 try:
-                    frame = await _frames.read_frame(self.proc.stdout)
+                    read = await _frames.read_sized_frame(self.proc.stdout)
                 except ProtocolError as e:
                     self._violation(e)
                     continue
-                if frame is None:
+                if read is None:
                     break
+                frame, size = read
                 try:
-                    self._dispatch(frame)
+                    self._dispatch(frame, size > _frames.BIG_FRAME)
                 except ProtocolError as e:
                     self._violation(e)
         except (asyncio.IncompleteReadError, ValueError) as e:
@@ -196,14 +198,14 @@ class Channel:
             state.violated = True
             ctx.violated(str(error))
 
-    def _dispatch(self, frame: dict[str, Any]) -> None:
+    def _dispatch(self, frame: dict[str, Any], big: bool = False) -> None:
         op = frame.get("op")
         context_id = _protocol.context_of(frame)
         state = self._state.get(context_id) if context_id is not None else None
         if state is not None and state.violated and op not in _AFTER_VIOLATION:
             return  # a context being stopped for a bad frame says nothing more
         if op == "host_call":
-            self._start_host_call(frame)
+            self._start_host_call(frame, big)
         elif op == "log":
             level, text = _protocol.check_log(frame)
             self._log.log(_LEVELS[level], "[%s] %s", context_id, text, extra={"context_id": context_id})
@@ -228,21 +230,36 @@ class Channel:
         if not request.future.done():
             request.future.set_result(reply)
 
-    def _start_host_call(self, frame: dict[str, Any]) -> None:
+    def _start_host_call(self, frame: dict[str, Any], big: bool = False) -> None:
         context_id = _protocol.context_of(frame)
         ctx = self.contexts.get(context_id) if context_id is not None else None
         if ctx is None:
             return  # a stopped context: its calls are dropped, never served (WF-46)
-        try:
-            call = _protocol.check_host_call(frame, self._state_of(ctx.id).invocations, len(ctx.host_tasks))
-        except _protocol.Refused as e:
-            error = {"name": e.name, "message": e.message}
-            reply = {"op": "host_reply", "contextId": ctx.id, "callId": frame["callId"], "ok": False, "error": error}
-            task = asyncio.create_task(self.send(reply))
+        invocations, in_flight = self._state_of(ctx.id).invocations, len(ctx.host_tasks)
+        if big:  # its documents are checked off the event loop, like its frame was parsed
+            task = asyncio.create_task(self._check_then_serve(ctx, frame, invocations, in_flight))
         else:
-            task = asyncio.create_task(self._serve_host_call(ctx, call))
+            task = self._checked(ctx, frame, _protocol.check_host_call, invocations, in_flight)
         ctx.host_tasks.add(task)
         task.add_done_callback(ctx.host_tasks.discard)
+
+    def _checked(self, ctx: ContextSink, frame: dict[str, Any], check: Any, *how: Any) -> asyncio.Task[None]:
+        try:
+            call = check(frame, *how)
+        except _protocol.Refused as e:
+            return asyncio.create_task(self.send(_refusal(ctx, frame, e)))
+        return asyncio.create_task(self._serve_host_call(ctx, call))
+
+    async def _check_then_serve(self, ctx: ContextSink, frame: dict[str, Any], calls: Any, in_flight: int) -> None:
+        try:
+            async with self._heavy:  # one at a time: the loop serves this runtime's other contexts
+                call = await asyncio.to_thread(_protocol.check_host_call, frame, calls, in_flight)
+        except _protocol.Refused as e:
+            await self.send(_refusal(ctx, frame, e))
+        except ProtocolError as e:
+            self._violation(e)
+        else:
+            await self._serve_host_call(ctx, call)
 
     async def _serve_host_call(self, ctx: ContextSink, call: _protocol.HostCallFrame) -> None:
         reply: dict[str, Any] = {"op": "host_reply", "contextId": ctx.id, "callId": call.call_id}
@@ -327,3 +344,8 @@ class Channel:
         await self.proc.wait()
         for task in self._tasks:
             await asyncio.gather(task, return_exceptions=True)
+
+
+def _refusal(ctx: ContextSink, frame: dict[str, Any], e: _protocol.Refused) -> dict[str, Any]:
+    error = {"name": e.name, "message": e.message}
+    return {"op": "host_reply", "contextId": ctx.id, "callId": frame["callId"], "ok": False, "error": error}

@@ -25,8 +25,19 @@ def encode(message: dict[str, Any]) -> bytes:
     return _HEAD.pack(len(body)) + body
 
 
+# A frame this large is parsed off the event loop: the loop serves every context of the runtime
+# (and the engine's other work) while one context's ~1 MiB documents are read.
+BIG_FRAME = 256 * 1024
+
+
 async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
-    """Next frame, or None at a clean end of stream.
+    """Next frame, or None at a clean end of stream."""
+    read = await read_sized_frame(reader)
+    return None if read is None else read[0]
+
+
+async def read_sized_frame(reader: asyncio.StreamReader) -> tuple[dict[str, Any], int] | None:
+    """Next frame and its size in bytes, or None at a clean end of stream.
 
     A frame that is too large or not a JSON object raises ProtocolError after
     its bytes were consumed, so the stream stays in step and the reader may go
@@ -45,12 +56,12 @@ async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
         raise ProtocolError(f"frame exceeds {MAX_FRAME} bytes")
     body = await reader.readexactly(size)
     try:
-        frame = loads(body)
+        frame = await asyncio.to_thread(loads, body) if size > BIG_FRAME else loads(body)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ProtocolError(f"frame is not readable JSON: {type(e).__name__}", _context_in(body)) from None
     if not isinstance(frame, dict):
         raise ProtocolError("frame is not a JSON object")
-    return frame
+    return frame, size
 
 
 def _context_in(body: bytes) -> str | None:

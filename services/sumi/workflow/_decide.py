@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sumi.core import records as r
-from sumi.core.canonical import canonical
+from sumi.core.canonical import canonical, parsed_canonical
 from sumi.core.problems import Problem
 from sumi.workflow._state import TERMINAL, Instance, LogRecord, Step, Timer
 from sumi.workflow.commands import UNSET, CreateInstance, SendEvent, TerminateInstance
@@ -76,8 +76,9 @@ def doc(text: str | None) -> Any:
 
 
 def decided(caller: Caller, now: int, status: int, result: Any) -> r.CommandDecided:
+    result_json = parsed_canonical(result)
     return r.CommandDecided(
-        caller.command_id, caller.space, caller.principal, caller.kind, True, status, now, result=canonical(result)
+        caller.command_id, caller.space, caller.principal, caller.kind, True, status, now, result=result_json
     )
 
 
@@ -102,7 +103,7 @@ def create(inst: Instance | None, cmd: CreateInstance, wf: WorkflowView, caller:
         return Decision([rejected(caller, now, Problem("workflow_not_ready", "the Workflow cannot accept instances"))])
     if inst is not None and not inst.purged:
         return Decision([rejected(caller, now, Problem("instance_exists", f"instance {cmd.instance_id} exists"))])
-    params = None if cmd.params is UNSET else canonical(cmd.params)
+    params = None if cmd.params is UNSET else parsed_canonical(cmd.params)
     created = r.InstanceCreated(cmd.workflow_uid, cmd.instance_id, caller.space, now, params, caller.principal)
     body = {"id": cmd.instance_id, "status": "queued"}
     return Decision([created, decided(caller, now, 201, body)], runnable=True)
@@ -117,8 +118,8 @@ def event(inst: Instance | None, cmd: SendEvent, caller: Caller, now: int, limit
     if inst.terminal or any(isinstance(x, r.InstanceStatusChanged) and x.status in TERMINAL for x in fired.records):
         return Decision([*fired.records, rejected(caller, now, Problem("instance_terminal", "the instance ended"))])
     stored: dict[str, Any] = {"type": cmd.type} if cmd.payload is UNSET else {"type": cmd.type, "payload": cmd.payload}
-    size = len(canonical(stored).encode("utf-8"))
-    payload = None if cmd.payload is UNSET else canonical(cmd.payload)
+    size = len(parsed_canonical(stored).encode("utf-8"))
+    payload = None if cmd.payload is UNSET else parsed_canonical(cmd.payload)
     accepted = r.EventAccepted(inst.workflow_uid, inst.instance_id, inst.next_sequence, cmd.type, size, now, payload)
     answer = decided(caller, now, 202, {"sequence": inst.next_sequence})
     t = inst.timer if not fired.records else None
@@ -169,7 +170,7 @@ def outcome(
     if inst.terminal or inst.purged:
         return Decision()
     if kind == "complete":
-        out = None if output is None else canonical(output)
+        out = None if output is None else parsed_canonical(output)
         return Decision([r.InstanceStatusChanged(inst.workflow_uid, inst.instance_id, "complete", now, out)])
     if kind == "errored":
         if reason == "step_failed" and not _failed_finally(inst, message):
@@ -296,7 +297,7 @@ def _do(inst: Instance, token: str, name: str, args: dict[str, Any], now: int, l
     first = name not in inst.configs
     keep = config if first else None
     if args.get("ok"):
-        result = None if args.get("result") is None else canonical(args["result"])
+        result = None if args.get("result") is None else parsed_canonical(args["result"])
         rec = _attempt(inst, name, "do", attempt, now, token, ok=True, final=True, result=result, config=keep)
         return _committed(inst, rec, limits, _resolve("result", result))
     err = args.get("error") or {}

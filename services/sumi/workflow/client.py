@@ -12,7 +12,6 @@ cannot take the command: `backend_unavailable` (WF-27).
 import asyncio
 import contextlib
 import json
-import time
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -20,7 +19,9 @@ from aiokafka import AIOKafkaProducer
 from sumi.control.state import VersionView
 from sumi.core import ids, kafka
 from sumi.core import records as r
+from sumi.core.clock import now_ms
 from sumi.core.config import Settings
+from sumi.core.offloop import OffLoop
 from sumi.core.problems import Problem
 from sumi.core.topics import instance_key
 from sumi.runtime import HostError
@@ -36,6 +37,7 @@ class WorkflowClient:
         self.waiting: dict[str, asyncio.Future[r.CommandDecided]] = {}
         self.producer: AIOKafkaProducer | None = None
         self.ready = asyncio.Event()
+        self.off_loop = OffLoop()
 
     async def run(self) -> None:
         """Follow the instance log (run beside the host engine's own loops)."""
@@ -76,7 +78,8 @@ class WorkflowClient:
 
     async def _call(self, uid: str, code: VersionView, method: str, args: dict[str, Any]) -> Any:
         if method == "workflow.create":
-            create = create_command(uid, args)
+            # Checking a document may take tens of ms of CPU: off the loop that serves every Space.
+            create = await self.off_loop.run(code.space, create_command, uid, args)
             await self._decided(create, code)
             return {"id": create.instance_id}
         iid = str(args.get("id"))
@@ -87,7 +90,7 @@ class WorkflowClient:
                 raise Problem("unknown_instance", f"no instance {iid}")  # WF-20
             return {"id": iid} if method == "workflow.get" else status_of(inst)
         if method == "workflow.sendEvent":
-            return await self._decided(event_command(uid, args), code)
+            return await self._decided(await self.off_loop.run(code.space, event_command, uid, args), code)
         if method == "workflow.terminate":
             return {"status": (await self._decided(c.TerminateInstance(uid, iid), code))["status"]}
         raise Problem("invalid_request", f"unknown binding method {method}")
@@ -105,8 +108,14 @@ class WorkflowClient:
         command_id = ids.new_ulid()
         fut: asyncio.Future[r.CommandDecided] = asyncio.get_running_loop().create_future()
         self.waiting[command_id] = fut
-        rec = c.submitted(
-            cmd, command_id=command_id, space=code.space, principal=f"worker:{code.uid}", now=int(time.time() * 1000)
+        rec = await self.off_loop.run(
+            code.space,
+            c.submitted,
+            cmd,
+            command_id=command_id,
+            space=code.space,
+            principal=f"worker:{code.uid}",
+            now=now_ms(),
         )
         topic, key = self.settings.topic("workflow.commands"), c.key_of(cmd)
         try:

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sumi.core.canonical import MAX_DEPTH, DocumentError, document, loads, parsed_document
+from sumi.core.canonical import MAX_DEPTH, DocumentError, canonical, document, loads, parsed_canonical, parsed_document
 
 # Keys and strings over every code point class the encoders treat apart: controls, quotes and
 # backslashes, the BMP above U+E000 (UTF-16 order differs there), non-BMP, lone surrogates.
@@ -65,3 +65,14 @@ def test_the_size_bound_is_the_same() -> None:
     for n in (1024 * 1024 - 8, 1024 * 1024 - 7, 1024 * 1024):
         value = {"s": "x" * n}
         assert _answer(parsed_document, value) == _answer(document, value)
+
+
+@settings(max_examples=300)
+@given(VALUES)
+def test_the_fast_canonical_answers_what_the_walk_answers(value: Any) -> None:
+    # DOC-2: command payloads, step results and decisions take the fast path
+    try:
+        parsed = loads(json.dumps(value))
+    except ValueError:
+        return
+    assert _answer(parsed_canonical, parsed) == _answer(canonical, parsed)
