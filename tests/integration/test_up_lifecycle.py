@@ -8,6 +8,7 @@ do the runtime processes the services start).
 """
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -121,7 +122,8 @@ class Up:
             self.proc.kill()
         self.proc.wait()
         for p in self.processes():  # only if a test failed: never leave a Host behind
-            p.kill()
+            with contextlib.suppress(psutil.NoSuchProcess):  # it may end as we list it
+                p.kill()
 
 
 def host_processes(state: Path) -> Iterator[psutil.Process]:

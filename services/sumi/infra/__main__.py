@@ -8,5 +8,5 @@ import os
 
 from sumi.infra._kafka import ensure_jars
 
-print(ensure_jars())
+print(ensure_jars(), flush=True)  # os._exit flushes nothing
 os._exit(0)

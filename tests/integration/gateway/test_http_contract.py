@@ -4,6 +4,7 @@ Needs the session fixture `host` (Kafka + Postgres + every service) and a fresh
 Space per test from `space` (tests/conftest.py).
 """
 
+import asyncio
 import base64
 import uuid
 from typing import Any
@@ -416,7 +417,12 @@ async def test_unknown_route_and_wrong_method_are_problems(client: httpx.AsyncCl
 
 async def test_service_endpoints(client: httpx.AsyncClient, host: Any) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
-    assert (await client.get("/readyz")).status_code == 200
+    # Ready once the projections are caught up: an earlier test's backlog may take a moment.
+    deadline = asyncio.get_running_loop().time() + 60
+    while (ready := await client.get("/readyz")).status_code != 200 and asyncio.get_running_loop().time() < deadline:
+        assert ready.status_code == 503, ready.text
+        await asyncio.sleep(0.5)
+    assert ready.status_code == 200, ready.text
     doc = (await client.get("/openapi.json")).json()
     assert doc["openapi"].startswith("3.1") and "/v2/spaces" in doc["paths"]
     assert_problem(await client.get("/metrics"), 401, "unauthenticated")
