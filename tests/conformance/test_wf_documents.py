@@ -201,10 +201,15 @@ _serial = itertools.count()
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(name=NAMES, params=DOCUMENTS | WIDE | LARGE, payload=DOCUMENTS | WIDE)
-async def test_any_document_comes_back_equal(echo: Flows, name: str, params: Any, payload: Any) -> None:
-    # DOC-1, DOC-2, WF-19, WF-23, WF-34: params, step results, event payloads and outputs
+@given(name=NAMES, params=DOCUMENTS | WIDE | LARGE, payload=DOCUMENTS | WIDE, message=TEXT)
+async def test_any_document_comes_back_equal(echo: Flows, name: str, params: Any, payload: Any, message: str) -> None:
+    # DOC-1, DOC-2, WF-19, WF-23, WF-34: params, step results, event payloads and outputs;
+    # WF-21, WF-22: and an error's message, as `run` threw it
     await round_trip(echo, f"{next(_serial)}:{name}"[:256], params, payload)
+    thrown = await echo.started(id=f"{next(_serial)}:e", params={"throw": message})
+    errored = await echo.until(thrown, "complete", "errored")
+    assert errored["error"]["reason"] == "run_threw", errored
+    assert message in errored["error"].get("message", ""), errored
 
 
 async def test_replay_after_the_documents_is_identical(host: Host, echo: Flows) -> None:
