@@ -18,7 +18,6 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from ulid import ULID
 
 from sumi.core import kafka, sealing
-from sumi.core import records as r
 from sumi.core.config import Settings
 
 FRESH_MS = 30_000  # a key made this recently may still be on its way
@@ -71,15 +70,14 @@ class Keys:
         if m.key is None:
             return
         key_id = m.key.decode()
-        if m.value is None:
-            self.ring.drop(key_id)
+        record = None if m.value is None else kafka.decode(m.value)
+        if isinstance(record, kafka.Rejected):
+            return
+        self.ring.fold(key_id, record)
+        if record is None:
             self.dropped[key_id] = None
             if len(self.dropped) > DROPPED:
                 self.dropped.popitem(last=False)
-            return
-        record = kafka.decode(m.value)
-        if isinstance(record, r.DataKey) and record.keyId == key_id:
-            self.ring.add(record)
 
 
 def _fresh(key_id: str) -> bool:

@@ -70,10 +70,12 @@ class KeyRing:
     of_instance: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     named: dict[tuple[str, str, int | None], str] = field(default_factory=dict)  # (wf, id, seq) -> key ID
 
-    def fold(self, key_id: str, value: r.DataKey | None) -> None:
+    def fold(self, key_id: str, value: r.Record | None) -> None:
+        """One record of the key topic under its key: a tombstone (None) drops the key; only a
+        DataKey of that same ID adds one (anything else on the topic is no key of ours)."""
         if value is None:
             self.drop(key_id)
-        else:
+        elif isinstance(value, r.DataKey) and value.keyId == key_id:
             self.add(value)
 
     def add(self, key: r.DataKey) -> None:

@@ -532,14 +532,11 @@ class Engine:
     def _fold_keys(self, m: Any, before_end: bool = True) -> None:
         if m.key is None:
             return
+        key_id = m.key.decode()
         if m.value is None:  # a tombstone: the key was destroyed by a purge
-            self.ring.drop(m.key.decode())
+            self.ring.fold(key_id, None)
             return
-        kafka.fold_or_skip("workflow-engine", m, lambda record: self._key(m.key.decode(), record))
-
-    def _key(self, key_id: str, record: r.Record) -> None:
-        if isinstance(record, r.DataKey) and record.keyId == key_id:
-            self.ring.add(record)
+        kafka.fold_or_skip("workflow-engine", m, lambda record: self.ring.fold(key_id, record))
 
     def _fold_control(self, m: Any, before_end: bool = True) -> None:
         kafka.fold_or_skip("workflow-engine", m, self.control.fold)
