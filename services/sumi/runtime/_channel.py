@@ -235,24 +235,22 @@ class Channel:
         ctx = self.contexts.get(context_id) if context_id is not None else None
         if ctx is None:
             return  # a stopped context: its calls are dropped, never served (WF-46)
-        invocations, in_flight = self._state_of(ctx.id).invocations, len(ctx.host_tasks)
-        if big:  # its documents are checked off the event loop, like its frame was parsed
-            task = asyncio.create_task(self._check_then_serve(ctx, frame, invocations, in_flight))
+        calls, in_flight = self._state_of(ctx.id).invocations, len(ctx.host_tasks)
+        if big:  # its documents are checked off the event loop, as its frame was parsed
+            task = asyncio.create_task(self._check_then_serve(ctx, frame, calls, in_flight))
         else:
-            task = self._checked(ctx, frame, _protocol.check_host_call, invocations, in_flight)
+            try:
+                call = _protocol.check_host_call(frame, calls, in_flight)
+            except _protocol.Refused as e:
+                task = asyncio.create_task(self.send(_refusal(ctx, frame, e)))
+            else:
+                task = asyncio.create_task(self._serve_host_call(ctx, call))
         ctx.host_tasks.add(task)
         task.add_done_callback(ctx.host_tasks.discard)
 
-    def _checked(self, ctx: ContextSink, frame: dict[str, Any], check: Any, *how: Any) -> asyncio.Task[None]:
-        try:
-            call = check(frame, *how)
-        except _protocol.Refused as e:
-            return asyncio.create_task(self.send(_refusal(ctx, frame, e)))
-        return asyncio.create_task(self._serve_host_call(ctx, call))
-
     async def _check_then_serve(self, ctx: ContextSink, frame: dict[str, Any], calls: Any, in_flight: int) -> None:
-        try:
-            async with self._heavy:  # one at a time: the loop serves this runtime's other contexts
+        try:  # one at a time: the loop goes on serving this runtime's other contexts
+            async with self._heavy:
                 call = await asyncio.to_thread(_protocol.check_host_call, frame, calls, in_flight)
         except _protocol.Refused as e:
             await self.send(_refusal(ctx, frame, e))

@@ -25,24 +25,33 @@ def encode(message: dict[str, Any]) -> bytes:
     return _HEAD.pack(len(body)) + body
 
 
-# A frame this large is parsed off the event loop: the loop serves every context of the runtime
-# (and the engine's other work) while one context's ~1 MiB documents are read.
+# A frame this large the Host parses off its event loop: the loop serves every context of the
+# runtime (and the engine's other work) while one context's ~1 MiB documents are read.
 BIG_FRAME = 256 * 1024
 
 
 async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
-    """Next frame, or None at a clean end of stream."""
-    read = await read_sized_frame(reader)
-    return None if read is None else read[0]
-
-
-async def read_sized_frame(reader: asyncio.StreamReader) -> tuple[dict[str, Any], int] | None:
-    """Next frame and its size in bytes, or None at a clean end of stream.
+    """Next frame, or None at a clean end of stream (the Python child: parsed on its loop, which
+    serves its one context only).
 
     A frame that is too large or not a JSON object raises ProtocolError after
     its bytes were consumed, so the stream stays in step and the reader may go
     on; only a stream cut mid-frame (IncompleteReadError) ends the channel.
     """
+    body = await _read_body(reader)
+    return None if body is None else _parse(body)
+
+
+async def read_sized_frame(reader: asyncio.StreamReader) -> tuple[dict[str, Any], int] | None:
+    """The Host's `read_frame`: the frame and its size in bytes, a large one parsed in a thread."""
+    body = await _read_body(reader)
+    if body is None:
+        return None
+    frame = await asyncio.to_thread(_parse, body) if len(body) > BIG_FRAME else _parse(body)
+    return frame, len(body)
+
+
+async def _read_body(reader: asyncio.StreamReader) -> bytes | None:
     try:
         head = await reader.readexactly(4)
     except asyncio.IncompleteReadError as e:
@@ -54,14 +63,17 @@ async def read_sized_frame(reader: asyncio.StreamReader) -> tuple[dict[str, Any]
         while size:  # discard it without holding it in memory
             size -= len(await reader.readexactly(min(size, _SKIP_CHUNK)))
         raise ProtocolError(f"frame exceeds {MAX_FRAME} bytes")
-    body = await reader.readexactly(size)
+    return await reader.readexactly(size)
+
+
+def _parse(body: bytes) -> dict[str, Any]:
     try:
-        frame = await asyncio.to_thread(loads, body) if size > BIG_FRAME else loads(body)
+        frame = loads(body)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ProtocolError(f"frame is not readable JSON: {type(e).__name__}", _context_in(body)) from None
     if not isinstance(frame, dict):
         raise ProtocolError("frame is not a JSON object")
-    return frame, size
+    return frame
 
 
 def _context_in(body: bytes) -> str | None:
