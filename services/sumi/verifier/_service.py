@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from sumi.control.forms.names import MODULE_WORKER, WORKER_VERSION
 from sumi.control.state import ControlState, evolve
@@ -90,6 +90,10 @@ class Verifier:
         self.runtimes = Runtimes()
         self.slots = FairSlots(settings.verify_slots, settings.verify_slots_per_space)
         self.progress = Progress()
+        self.group = f"{settings.topic_prefix}-verifier"
+        self.quarantine = kafka.Quarantine(settings, "verifier")
+        self.producer: AIOKafkaProducer | None = None  # made in `run`: aiokafka needs the running loop
+        self.committing = asyncio.Lock()  # one transaction at a time on the one producer
 
     # ---- the fold -----------------------------------------------------------------------
 
@@ -194,16 +198,12 @@ class Verifier:
 
     async def run(self) -> None:
         settings = self.settings
-        group = f"{settings.topic_prefix}-verifier"
-        self.quarantine = kafka.Quarantine(settings, "verifier")
         # Transactional: a report (or a quarantined record) and the group offsets commit
         # together, and a restarted verifier fences the one it replaces.
-        self.producer = kafka.new_producer(settings, f"{settings.topic_prefix}-verifier-0", linger_ms=1)
-        self.group = group
-        self.committing = asyncio.Lock()  # one transaction at a time on the one producer
-        consumer = kafka.new_consumer(settings, group)
+        producer = self.producer = kafka.new_producer(settings, f"{settings.topic_prefix}-verifier-0", linger_ms=1)
+        consumer = kafka.new_consumer(settings, self.group)
         try:  # started inside: a stop signal while they start still stops them
-            await self.producer.start()
+            await producer.start()
             await consumer.start()
             consumer.subscribe([settings.topic("control")], listener=_FromBeginning(self, consumer))
             # A load or a commit that fails ends the group, and the service, as one failure did before.
@@ -214,7 +214,7 @@ class Verifier:
                             await self._take(tp, message, loads)
         finally:
             await consumer.stop()
-            await self.producer.stop()
+            await producer.stop()
             await self.close()
 
     async def _take(self, tp: TopicPartition, message: Any, loads: asyncio.TaskGroup) -> None:
@@ -222,9 +222,9 @@ class Verifier:
         that does not decode, or whose fold raises, is quarantined (when new) and skipped."""
         new = message.offset >= self.act_from.get(tp, 0)
         progress = self.progress
+        progress.seen(tp, message.offset)  # a load it starts holds the partition's offset back
         record = kafka.decode(message.value)
         if isinstance(record, kafka.Rejected):
-            progress.seen(tp, message.offset)
             if new:
                 await self._commit([self.quarantine.out(message, record)])
             return
@@ -237,14 +237,12 @@ class Verifier:
             )
         except Exception as exc:
             log.exception("verifier skips %s[%d]@%d", message.topic, message.partition, message.offset)
-            progress.seen(tp, message.offset)
             if new:
                 await self._commit([self.quarantine.out(message, kafka.failed(exc))])
             return
         if job is not None:
             progress.started(tp, message.offset)
             loads.create_task(self._verify(job, tp, message, progress))
-        progress.seen(tp, message.offset)
 
     async def _verify(self, job: Job, tp: TopicPartition, message: Any, progress: Progress) -> None:
         try:
@@ -260,6 +258,7 @@ class Verifier:
         await self._commit(outs)
 
     async def _commit(self, outs: list[kafka.Out]) -> None:
+        assert self.producer is not None
         async with self.committing:
             # never behind the committed offset: a partition folded again from its start is below it
             offsets = {tp: o for tp, o in self.progress.offsets().items() if o >= self.act_from.get(tp, 0)}
