@@ -55,9 +55,6 @@ class DocumentError(ValueError):
         self.code = code
 
 
-CanonicalizationError = DocumentError
-
-
 def canonical(value: Any, *, max_depth: int | None = None) -> str:
     """`value` in RFC 8785 form; raises DocumentError (a ValueError) if it is not JSON."""
     return _Writer((list, tuple), None, max_depth).run(value)
@@ -216,10 +213,11 @@ class _Writer:
 
 # ---- the fast path -------------------------------------------------------------------------
 #
-# The walk above costs a Python call per value: ~0.8 s for a 1 MiB document of small values,
+# The walk above costs Python calls per value: ~190 ms for a 1 MiB document of small values,
 # paid on a Host's event loop by every check of a step result, params or payload (one Space's
-# large documents then stall every other Space's work). The standard library's C encoder
-# writes the same bytes in ~1/50 of the time except where RFC 8785 differs from Python:
+# large documents then stall every other Space's work). The standard library's C encoder and
+# the guards below take ~45 ms for the same document (measured here), and write the same bytes
+# except where RFC 8785 differs from Python:
 # floats Python writes another way (integral ones, exponents 16..20, padded small exponents),
 # integers past 2**53, keys whose UTF-16 order differs from their code point order, depth,
 # lone surrogates. Each of these shows in the encoder's output, outside its strings, and is

@@ -11,7 +11,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from sumi.core.canonical import canonical, json_int
+from sumi.core.canonical import canonical, json_int, parsed_canonical
 from sumi.core.problems import Problem
 
 # The largest request we read: 100 queue messages of 127,000 bytes in base64, with room.
@@ -119,4 +119,4 @@ class DocumentResponse(JSONResponse):
     Postgres gives numbers back as decimals (1e308 as 309 digits), the canonical form as doubles."""
 
     def render(self, content: Any) -> bytes:
-        return canonical(content).encode("utf-8")
+        return parsed_canonical(content).encode("utf-8")  # rows' JSON, read back: str keys only
