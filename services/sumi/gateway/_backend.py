@@ -57,7 +57,7 @@ class Backend:
         self.written = Written()
         self._pool: AsyncConnectionPool | None = None
         self._producer: AIOKafkaProducer | None = None
-        self.decisions = Decisions(settings)
+        self.decisions = Decisions(settings, self._decided)
 
     async def start(self, kafka_wait: float = 30.0) -> None:
         s = self.settings
@@ -96,6 +96,13 @@ class Backend:
     async def fetchone(self, sql: str, params: Any = ()) -> Row | None:
         rows = await self.fetchall(sql, params)
         return rows[0] if rows else None
+
+    async def _decided(self, command_ids: list[str]) -> list[Row]:
+        return await self.fetchall(
+            "SELECT command_id, accepted, status, operation_id, problem, result FROM decisions "
+            "WHERE command_id = ANY(%s)",
+            (command_ids,),
+        )
 
     def partition(self, key: str) -> int:
         return partition_for(key, self.settings.partitions)

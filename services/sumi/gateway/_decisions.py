@@ -13,10 +13,11 @@ are lost: on every (re)connect the listener reads the rows of everything waiting
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+import psycopg_pool
 
 from sumi.core import pgtext
 from sumi.core.config import Settings
@@ -24,7 +25,6 @@ from sumi.core.config import Settings
 log = logging.getLogger("sumi.gateway")
 
 Row = dict[str, Any]
-COLUMNS = "command_id, accepted, status, operation_id, problem, result"
 
 
 def channel(schema: str) -> str:
@@ -34,8 +34,9 @@ def channel(schema: str) -> str:
 
 
 class Decisions:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, fetch: Callable[[list[str]], Awaitable[list[Row]]]) -> None:
         self.settings = settings
+        self.fetch = fetch  # the decisions rows of these command IDs (the backend's pool)
         self.waiting: dict[str, list[asyncio.Future[Row]]] = {}
         self.listening = asyncio.Event()
         self._notified: set[str] = set()
@@ -100,24 +101,14 @@ class Decisions:
     async def _fetch_loop(self) -> None:
         """Read the rows of the notified commands someone waits for: one query for all that
         arrived meanwhile, however many requests wait."""
-        conn: psycopg.AsyncConnection[Any] | None = None
         while True:
             await self._wake.wait()
             self._wake.clear()
             ids, self._notified = list(self._notified), set()
             try:
-                if conn is None or conn.closed:
-                    conn = await self._connect()
-                async with conn.cursor(row_factory=dict_row) as cur:
-                    await cur.execute(f"SELECT {COLUMNS} FROM decisions WHERE command_id = ANY(%s)", (ids,))
-                    rows = await cur.fetchall()
-            except asyncio.CancelledError:
-                if conn is not None:
-                    await conn.close()
-                raise
-            except psycopg.Error as exc:
+                rows = await self.fetch(ids)
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                 log.warning("decision fetch: %s; retrying", exc)
-                conn = None
                 self._notified.update(ids)
                 await asyncio.sleep(0.1)
                 self._wake.set()

@@ -269,7 +269,7 @@ class Engine:
         # A fetch is a long poll: the broker answers as soon as committed data is there, so
         # its wait only bounds idle polling. A short one costs the engine and the broker a
         # fetch round every few ms for nothing (a third of the engine's CPU under load).
-        consumer = kafka.new_consumer(self.settings, fetch_max_wait_ms=500, max_partition_fetch_bytes=4 << 20)
+        consumer = kafka.new_consumer(self.settings, max_partition_fetch_bytes=4 << 20)
         await kafka.started(stack, consumer)
         return consumer, await kafka.partitions(consumer, topic)
 

@@ -518,10 +518,7 @@ class Engine:
     async def _reader(
         self, stack: contextlib.AsyncExitStack, topic: str, group: str | None = None
     ) -> tuple[AIOKafkaConsumer, list[TopicPartition]]:
-        # Commands are read with a short long-poll (they wait for an answer); the logs with a long one.
-        consumer = kafka.new_consumer(
-            self.settings, group, fetch_max_wait_ms=100 if group else 500, max_partition_fetch_bytes=4 << 20
-        )
+        consumer = kafka.new_consumer(self.settings, group, max_partition_fetch_bytes=4 << 20)
         await kafka.started(stack, consumer)
         return consumer, await kafka.partitions(consumer, topic)
 
