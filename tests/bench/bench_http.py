@@ -40,14 +40,21 @@ from tests.httpkit import WORKFLOW
 N1 = int(os.environ.get("BENCH_WF_N1", "30"))
 N100 = int(os.environ.get("BENCH_WF_N100", "600"))
 _STATUS_FP = codec.encode(r.InstanceStatusChanged("w", "i", "queued", 0))[2:10]
+_DECIDED_FP = codec.encode(r.CommandDecided("c", "s", "p", "k", True, 201, 0))[2:10]
+_SUBMITTED_FP = codec.encode(r.CommandSubmitted("c", "k", "s", "p", False, "{}", 0))[2:10]
 
 
 class Ends:
-    """Follows the instance log (read_committed) and resolves a future when an instance ends."""
+    """Follows the instance log (read_committed) and resolves a future when an instance ends;
+    notes, per instance, when its create command was appended, when the engine sent its
+    decision, and when that decision became readable (committed)."""
 
     def __init__(self, host: Host) -> None:
         self.settings = host.settings
         self.waiting: dict[str, asyncio.Future[None]] = {}
+        self.appended: dict[str, float] = {}
+        self.decided: dict[str, tuple[float, float]] = {}  # instance -> (sent, readable)
+        self.instance_of: dict[str, str] = {}  # command ID -> instance ID
         self.task: asyncio.Task[None] | None = None
 
     def ended(self, iid: str) -> asyncio.Future[None]:
@@ -61,16 +68,32 @@ class Ends:
             fetch_max_wait_ms=5,
         )
         await self.consumer.start()
-        topic = self.settings.topic("workflow")
-        tps = [TopicPartition(topic, p) for p in range(self.settings.partitions)]
+        tps = [
+            TopicPartition(self.settings.topic(topic), p)
+            for topic in ("workflow", "workflow.commands")
+            for p in range(self.settings.partitions)
+        ]
         self.consumer.assign(tps)
         await self.consumer.seek_to_end(*tps)
         self.task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
         while True:
-            for msgs in (await self.consumer.getmany(timeout_ms=100, max_records=10_000)).values():
+            batch = await self.consumer.getmany(timeout_ms=100, max_records=10_000)
+            now = time.time()
+            for msgs in batch.values():
                 for m in msgs:
+                    if m.value[2:10] == _SUBMITTED_FP and m.key:
+                        rec = codec.decode(m.value)
+                        iid = m.key.decode().rsplit("/", 1)[-1]
+                        self.appended[iid] = m.timestamp / 1000
+                        self.instance_of[rec.commandId] = iid
+                        continue
+                    if m.value[2:10] == _DECIDED_FP:
+                        rec = codec.decode(m.value)
+                        if rec.commandId in self.instance_of:
+                            self.decided[self.instance_of[rec.commandId]] = (m.timestamp / 1000, now)
+                        continue
                     if m.value[2:10] != _STATUS_FP:
                         continue
                     rec = codec.decode(m.value)
@@ -88,6 +111,12 @@ class Ends:
 async def sumi_run(flows: Flows, ends: Ends, n: int, concurrency: int) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:6]
     posts: list[float] = []
+    phases: dict[str, list[float]] = {
+        "post->appended": [],
+        "appended->decided": [],
+        "decided->readable": [],
+        "readable->answered": [],
+    }
     to_complete: list[float] = []
     lat: list[float] = []
     starts: list[float] = []
@@ -95,9 +124,9 @@ async def sumi_run(flows: Flows, ends: Ends, n: int, concurrency: int) -> dict[s
     async def one(i: int) -> None:
         iid = f"{tag}-{i}"
         ended = ends.ended(iid)
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), time.time()
         resp = await flows.create({"id": iid})
-        t1 = time.perf_counter()
+        t1, w1 = time.perf_counter(), time.time()
         assert resp.status_code == 201, resp.text
         posts.append((t1 - t0) * 1000)
         starts.append(t1)
@@ -110,6 +139,10 @@ async def sumi_run(flows: Flows, ends: Ends, n: int, concurrency: int) -> dict[s
             assert body["status"] not in ("errored", "terminated"), body
             await asyncio.sleep(0.002)
         to_complete.append((time.perf_counter() - t0) * 1000)
+        if iid in ends.appended and iid in ends.decided:
+            appended, (sent, readable) = ends.appended[iid], ends.decided[iid]
+            for phase, ms in zip(phases, (appended - w0, sent - appended, readable - sent, w1 - readable), strict=True):
+                phases[phase].append(ms * 1000)
         lat.extend(body["output"]["lat"][1:])  # the first one also waits for the context start
 
     elapsed = await pool(n, concurrency, one)
@@ -125,6 +158,7 @@ async def sumi_run(flows: Flows, ends: Ends, n: int, concurrency: int) -> dict[s
         "post_p99_ms": round(pct(posts, 99), 2),
         "create_to_complete_p50_ms": round(pct(to_complete, 50), 2),
         "create_to_complete_p99_ms": round(pct(to_complete, 99), 2),
+        "create_phases_p50_ms": {phase: round(pct(v, 50), 1) for phase, v in phases.items()},
     }
     print(json.dumps(out), flush=True)
     return out
@@ -218,9 +252,41 @@ async def floors(host: Host) -> dict[str, float]:
     return out
 
 
+async def projection_lag(host: Host, ends: Ends) -> list[int]:
+    """How far the workflow read model trails the instance log: a queue everyone's answer waits in."""
+    import psycopg
+
+    s, samples = host.settings, []
+    tps = [TopicPartition(s.topic("workflow"), p) for p in range(s.partitions)]
+    async with await psycopg.AsyncConnection.connect(s.database_url, autocommit=True) as conn:
+        try:
+            while True:
+                await asyncio.sleep(2)
+                end = await ends.consumer.end_offsets(tps)
+                rows = await (
+                    await conn.execute(
+                        f"SELECT partition, next_offset FROM {s.db_schema}.projection_offsets "
+                        "WHERE projection = 'workflow' AND topic = %s",
+                        (s.topic("workflow"),),
+                    )
+                ).fetchall()
+                applied = dict(rows)
+                samples.append(sum(end[tp] - applied.get(tp.partition, 0) for tp in tps))
+        except asyncio.CancelledError:
+            return samples
+
+
+async def lag_samples(task: asyncio.Task[list[int]]) -> list[int]:
+    try:
+        return await task
+    except asyncio.CancelledError:
+        return []
+
+
 async def sumi_bench(host: Host) -> list[dict[str, Any]]:
     admin = {"Authorization": f"Bearer {host.admin_token}"}
-    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+    # Below the gateway's 5 s keep-alive: a connection is never reused as the server closes it.
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200, keepalive_expiry=2.0)
     async with httpx.AsyncClient(base_url=host.url, timeout=120, limits=limits) as client:
         name = "bench-" + uuid.uuid4().hex[:8]
         assert (await client.post("/v2/spaces", json={"name": name}, headers=admin)).status_code == 201
@@ -244,8 +310,11 @@ async def sumi_bench(host: Host) -> list[dict[str, Any]]:
             one = await sumi_run(flows, ends, N1, 1)
             parts = processes(host)
             before, t0 = cpu(parts), time.perf_counter()
+            lag = asyncio.create_task(projection_lag(host, ends))
             hundred = await sumi_run(flows, ends, N100, 100)
             after, elapsed = cpu(parts), time.perf_counter() - t0
+            lag.cancel()
+            print(json.dumps({"workflow projection lag (records), every 2 s": await lag_samples(lag)}), flush=True)
             seconds = {k: round(after[k] - before[k], 1) for k in after}
             print(json.dumps({"sumi c=100 cpu seconds": seconds, "wall seconds": round(elapsed, 1)}), flush=True)
             return [one, hundred]

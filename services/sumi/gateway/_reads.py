@@ -32,18 +32,18 @@ def _ref_column(ref: str) -> str:
 # ---- callers and Spaces --------------------------------------------------------------------
 
 
-async def token(db: Backend, token_hash: str) -> Row | None:
-    """The principal a live token belongs to: principal, admin."""
-    return await db.fetchone("SELECT principal, admin FROM tokens WHERE token_hash = %s", (token_hash,))
-
-
-async def grants(db: Backend, principal: str) -> list[Row]:
-    """The principal's roles: space, role."""
-    return await db.fetchall("SELECT space, role FROM grants WHERE principal = %s", (principal,))
-
-
-async def space_exists(db: Backend, name: str) -> bool:
-    return await db.fetchone("SELECT 1 AS one FROM spaces WHERE name = %s", (name,)) is not None
+async def caller(db: Backend, token_hash: str, space: str) -> Row | None:
+    """Who a live token is, in one round trip (every request asks): principal, admin, the
+    Spaces and roles of its grants (two arrays), and whether `space` exists ("" asks none)."""
+    return await db.fetchone(
+        "SELECT t.principal, t.admin, "
+        "coalesce(array_agg(g.space) FILTER (WHERE g.space IS NOT NULL), '{}') AS spaces, "
+        "coalesce(array_agg(g.role) FILTER (WHERE g.space IS NOT NULL), '{}') AS roles, "
+        "EXISTS (SELECT 1 FROM spaces WHERE name = %s) AS space_exists "
+        "FROM tokens t LEFT JOIN grants g ON g.principal = t.principal "
+        "WHERE t.token_hash = %s GROUP BY t.principal, t.admin",
+        (space, token_hash),
+    )
 
 
 async def spaces(db: Backend, principal: str | None) -> list[Row]:
