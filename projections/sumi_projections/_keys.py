@@ -61,10 +61,16 @@ class Keys:
             self.consumer.assign(self.tps)
             await self.consumer.seek_to_beginning(*self.tps)
         ends = await self.consumer.end_offsets(self.tps)
-        async for batch in kafka.batches(self.consumer, ends):
-            for messages in batch.values():
-                for m in messages:
-                    self._fold(m)
+        # Fetching only while a batch asks for keys: no long poll sits at the end meanwhile, and
+        # an idle projection does not ask the broker for keys at all.
+        self.consumer.resume(*self.tps)
+        try:
+            async for batch in kafka.batches(self.consumer, ends):
+                for messages in batch.values():
+                    for m in messages:
+                        self._fold(m)
+        finally:
+            self.consumer.pause(*self.tps)
 
     def _fold(self, m: Any) -> None:
         if m.key is None:

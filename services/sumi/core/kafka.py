@@ -139,12 +139,12 @@ def new_consumer(settings: Settings, group: str | None = None, **options: Any) -
     """read_committed (a processor sees only what committed), offsets committed by the processor itself.
 
     A fetch is answered as soon as a record commits (the broker completes it on the commit
-    marker), whatever `fetch_max_wait_ms` says: that only bounds how often an idle consumer
-    asks again. Two seconds keeps an idle service near no CPU at all (tests/bench/bench_http.py
-    measures the visibility; docs/decisions.md)."""
+    marker), so `fetch_max_wait_ms` mostly bounds how often an idle consumer asks again. It
+    stays at aiokafka's 500 ms: at 2 s, reads of the read side's answers showed rare stalls of
+    up to that long on this machine, which we could not pin down (docs/decisions.md)."""
     defaults: dict[str, Any] = {
         "bootstrap_servers": settings.kafka_bootstrap,
-        "fetch_max_wait_ms": 2000,
+        "fetch_max_wait_ms": 500,
         "group_id": group,
         "isolation_level": "read_committed",
         "enable_auto_commit": False,
