@@ -46,12 +46,16 @@ class Keys:
 
     async def _catch_up(self, wanted: set[str]) -> None:
         deadline = time.monotonic() + WAIT_S
+        # The key's commit marker usually lands a millisecond after the record's: look again
+        # soon, then less often (a fixed 50 ms here had been most of a create's answer time).
+        delay = 0.001
         while True:
             await self._read_to_end()
             wanted = {k for k in wanted if k not in self.ring.keys and k not in self.dropped}
             if not any(_fresh(k) for k in wanted) or time.monotonic() > deadline:
                 return
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     async def _read_to_end(self) -> None:
         if self.consumer is None:
