@@ -1,0 +1,178 @@
+"""Failover test: a Host on a three-broker KRaft cluster (replication 3, min.insync.replicas 2)
+while one broker, the one leading the most partitions, is SIGKILLed under queue and workflow load.
+
+Sends go on over HTTP (each POST retried with its Idempotency-Key until answered) and workflow
+instances are started before and after the kill. Every partition the dead broker led gets a
+new leader; then every sent message must be acknowledged exactly once (read from the queue
+log), every instance complete with its output, and the control plane still deciding. The time
+from the kill to the first accepted send, to the first settled message sent after the kill,
+and to the whole backlog settled is printed.
+"""
+
+import asyncio
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+from sumi.core import records as r
+from sumi.core.config import Settings
+from sumi.infra import KafkaCluster
+from tests.chaos.test_queue_crash import history
+from tests.conformance.kit import Api, Flows
+from tests.hostkit import Host, new_settings, new_space, running_host
+from tests.httpkit import WORKFLOW, b64
+
+pytestmark = pytest.mark.integration
+
+POSTS, PER_POST, KILL_AFTER = 30, 20, 10  # sends; the kill comes after the first KILL_AFTER
+INSTANCES = 8  # workflow instances started before the kill, and as many after
+ACK_JS = "export default { async queue(batch) { for (const m of batch.messages) await batch.acknowledge(m.id); } };"
+FLOW_JS = """
+export class Flow {
+  async run(event, step) {
+    let n = 0;
+    for (const name of ["a", "b", "c"]) n = (await step.do(name, async () => ({ n: n + 1 }))).n;
+    return { n, id: event.instanceId };
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[KafkaCluster]:
+    with KafkaCluster() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def cluster_host(cluster: KafkaCluster, database_url: str) -> Iterator[Host]:
+    with running_host(new_settings(cluster.bootstrap, database_url, replication=3)) as h:
+        yield h
+
+
+async def retried(call: Any, what: str, attempts: int = 150) -> httpx.Response:
+    """The answer of an idempotent call, asked again while the Host cannot answer (503, no connection)."""
+    for _ in range(attempts):
+        try:
+            resp: httpx.Response = await call()
+            if resp.status_code < 500:
+                return resp
+        except httpx.HTTPError:
+            pass
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{what} never answered")
+
+
+async def leaders(settings: Settings) -> dict[tuple[str, int], int]:
+    """The leader of every partition of the Host's topics and of Kafka's internal ones."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        topics = [t for t in await admin.list_topics() if t.startswith((settings.topic_prefix + ".", "__"))]
+        return {
+            (t["topic"], p["partition"]): p["leader"]
+            for t in await admin.describe_topics(topics)
+            for p in t["partitions"]
+        }
+    finally:
+        await admin.close()
+
+
+class Load:
+    """Sends and workflow starts, each stamped with when the Host accepted it."""
+
+    def __init__(self, api: Api, queue: str, flows: Flows) -> None:
+        self.api, self.queue, self.flows = api, queue, flows
+        self.sent: list[tuple[float, list[str]]] = []
+        self.started: list[str] = []
+
+    async def send(self, i: int) -> None:
+        key = f"send-{self.queue}-{i}"
+        body = {"messages": [{"body": b64(f"m-{i}-{j}")} for j in range(PER_POST)]}
+        path = f"/v2/spaces/{self.api.space}/queues/{self.queue}/messages"
+        resp = await retried(
+            lambda: self.api.c.post(path, headers={**self.api.h, "Idempotency-Key": key}, json=body), key
+        )
+        assert resp.status_code == 202, resp.text
+        self.sent.append((time.monotonic(), resp.json()["messageIds"]))
+
+    async def start(self, n: int) -> None:
+        iid = f"i-{n}"
+        resp = await retried(lambda: self.flows.create({"id": iid}, key=iid), iid)
+        assert resp.status_code == 201, resp.text
+        self.started.append(iid)
+
+    async def run(self, first: int, last: int, instances: range) -> None:
+        for n in instances:
+            await self.start(n)
+        for i in range(first, last):
+            await self.send(i)
+            await asyncio.sleep(0.05)
+
+
+async def test_broker_killed_under_load(cluster: KafkaCluster, cluster_host: Host) -> None:
+    # QC-43, QC-44, WF-41: a broker's death loses nothing, settles nothing twice, and every service goes on
+    host = cluster_host
+    total = POSTS * PER_POST
+    async with httpx.AsyncClient(base_url=host.url, timeout=30) as client:
+        api = Api(client, await new_space(host))
+        queue = await api.queue()
+        await api.consumer(queue, await api.worker(ACK_JS), maxBatchSize=20, maxConcurrency=4)
+        flow_worker = await api.worker(source=FLOW_JS, handlers=())
+        spec = {"worker": {"resourceUid": flow_worker}, "className": "Flow"}
+        flows = Flows(api, await api.create(f"wf-{uuid.uuid4().hex[:8]}", WORKFLOW, spec))
+        load = Load(api, queue, flows)
+        await load.run(0, KILL_AFTER, range(INSTANCES))
+
+        before = await leaders(host.settings)
+        victim = Counter(before.values()).most_common(1)[0][0]
+        killed_at = time.monotonic()
+        await asyncio.to_thread(cluster.kill, victim - 1)  # node IDs count from 1
+        await load.run(KILL_AFTER, POSTS, range(INSTANCES, 2 * INSTANCES))
+
+        stats = await settled(api, queue, total)
+        drained = time.monotonic()
+        for iid in load.started:
+            done = await flows.until(iid, "complete", "errored", "terminated", timeout=60)
+            assert done["status"] == "complete" and done["output"] == {"n": 3, "id": iid}, done
+        instances_done = time.monotonic()
+        await api.queue()  # the control plane decides after the move too: a new Resource, projected
+
+        moved = await leaders(host.settings)
+        led = [tp for tp, leader in before.items() if leader == victim]
+        assert led and all(moved[tp] not in (victim, -1) for tp in led), moved
+    assert (stats["ready"], stats["inFlight"], stats["deadLettered"]) == (0, 0, 0), stats
+
+    sent = [m for _, ids in load.sent for m in ids]
+    log = await history(host.settings, queue)
+    acked = [m for x in log if isinstance(x, r.MessagesAcknowledged) for m in x.messageIds]
+    assert len(sent) == len(set(sent)) == total
+    assert {x.messageId for x in log if isinstance(x, r.MessageAccepted)} == set(sent)  # nothing lost
+    assert len(acked) == len(set(acked)) and set(acked) == set(sent)  # each settled once
+
+    resumed = min(at for at, _ in load.sent if at > killed_at)
+    print(
+        f"\nbroker {victim} of 3 SIGKILLed, leading {len(led)} partitions: sends accepted again after "
+        f"{resumed - killed_at:.1f}s, all {total} messages settled after {drained - killed_at:.1f}s, "
+        f"{2 * INSTANCES} instances complete after {instances_done - killed_at:.1f}s",
+        file=sys.stderr,
+    )
+
+
+async def settled(api: Api, queue: str, total: int, timeout: float = 60) -> dict[str, Any]:
+    """The queue's stats once `total` messages are acknowledged (asked again while the Host cannot answer)."""
+    deadline = time.monotonic() + timeout
+    path = f"/v2/spaces/{api.space}/queues/{queue}/stats"
+    while True:
+        stats: dict[str, Any] = (await retried(lambda: api.c.get(path, headers=api.h), "stats")).json()
+        if stats["acknowledged"] >= total:
+            return stats
+        assert time.monotonic() < deadline, f"{stats['acknowledged']} of {total} settled: {stats}"
+        await asyncio.sleep(0.2)
