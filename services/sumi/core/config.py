@@ -17,7 +17,10 @@ class Settings:
     topic_prefix: str = "sumi"
     db_schema: str = "sumi"
     partitions: int = 6
-    replication: int = 1
+    replication: int = 1  # from the environment: SUMI_KAFKA_BROKERS up to 3 unless set
+    # How many Kafka brokers `sumi up` starts on this machine when no SUMI_KAFKA_BOOTSTRAP is
+    # given: 1, or a KRaft cluster (3: replication 3, min.insync.replicas 2; sumi.infra).
+    kafka_brokers: int = 1
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     decision_timeout: float = 10.0
@@ -62,13 +65,15 @@ class Settings:
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
         env = os.environ
+        brokers = _int(env, "SUMI_KAFKA_BROKERS", 1)
         values: dict[str, object] = {
             "kafka_bootstrap": env.get("SUMI_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
             "database_url": env.get("SUMI_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
             "topic_prefix": env.get("SUMI_TOPIC_PREFIX", "sumi"),
             "db_schema": env.get("SUMI_DB_SCHEMA", "sumi"),
             "partitions": int(env.get("SUMI_PARTITIONS", "6")),
-            "replication": int(env.get("SUMI_REPLICATION", "1")),
+            "replication": _int(env, "SUMI_REPLICATION", min(brokers, 3)),
+            "kafka_brokers": brokers,
             "http_host": env.get("SUMI_HTTP_HOST", "127.0.0.1"),
             "http_port": int(env.get("SUMI_HTTP_PORT", "8080")),
             "decision_timeout": float(env.get("SUMI_DECISION_TIMEOUT", "10")),
@@ -100,6 +105,7 @@ class Settings:
             "SUMI_DB_SCHEMA": self.db_schema,
             "SUMI_PARTITIONS": str(self.partitions),
             "SUMI_REPLICATION": str(self.replication),
+            "SUMI_KAFKA_BROKERS": str(self.kafka_brokers),
             "SUMI_HTTP_HOST": self.http_host,
             "SUMI_HTTP_PORT": str(self.http_port),
             "SUMI_DECISION_TIMEOUT": str(self.decision_timeout),
