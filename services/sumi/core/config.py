@@ -41,6 +41,12 @@ class Settings:
     workflow_contexts: int = 256
     workflow_contexts_per_space: int = 128
     workflow_retention_seconds: int = MIN_WORKFLOW_RETENTION_SECONDS  # WF-47
+    # Bounded storage (sumi_projections._prune): a settled queue message's row leaves Postgres this
+    # long after its settlement (its body at once); a send retried with its Idempotency-Key is
+    # recognised for as long. Seven days, like the commands topic's retention. The stats'
+    # counters are kept apart and never change with a prune.
+    settled_retention_seconds: int = 7 * 86400
+    prune_interval_seconds: float = 60.0  # how often the projections service prunes
     workflow_always_replay: bool = False  # end a workflow context after every committed step (tests)
     # Lets a test Host run with settings DurableWorkflow 0.3.0 forbids (a short retention).
     nonconformant_test_settings: bool = False
@@ -87,6 +93,8 @@ class Settings:
             "workflow_contexts": int(env.get("SUMI_WORKFLOW_CONTEXTS", "256")),
             "workflow_contexts_per_space": int(env.get("SUMI_WORKFLOW_CONTEXTS_PER_SPACE", "128")),
             "workflow_retention_seconds": _int(env, "SUMI_WORKFLOW_RETENTION_SECONDS", MIN_WORKFLOW_RETENTION_SECONDS),
+            "settled_retention_seconds": _int(env, "SUMI_SETTLED_RETENTION_SECONDS", 7 * 86400),
+            "prune_interval_seconds": float(env.get("SUMI_PRUNE_INTERVAL_SECONDS", "60")),
             "workflow_always_replay": env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
             "nonconformant_test_settings": env.get("SUMI_NONCONFORMANT_TEST_SETTINGS", "") == "1",
         }
@@ -119,6 +127,8 @@ class Settings:
             "SUMI_WORKFLOW_CONTEXTS": str(self.workflow_contexts),
             "SUMI_WORKFLOW_CONTEXTS_PER_SPACE": str(self.workflow_contexts_per_space),
             "SUMI_WORKFLOW_RETENTION_SECONDS": str(self.workflow_retention_seconds),
+            "SUMI_SETTLED_RETENTION_SECONDS": str(self.settled_retention_seconds),
+            "SUMI_PRUNE_INTERVAL_SECONDS": str(self.prune_interval_seconds),
             "SUMI_WORKFLOW_ALWAYS_REPLAY": "1" if self.workflow_always_replay else "",
             "SUMI_NONCONFORMANT_TEST_SETTINGS": "1" if self.nonconformant_test_settings else "",
         }
