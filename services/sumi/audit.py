@@ -18,7 +18,8 @@ from sumi.core.config import Settings
 from sumi_projections import _prune, drop, migrate, runners
 from sumi_projections._runner import Collected
 
-SKIP = {"projection_offsets", "projection_status", "schema_version"}
+# Bookkeeping, not folds of the log: how far each projection and prune pass got, and when.
+SKIP = {"projection_offsets", "projection_status", "schema_version", "prune_marks"}
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
 """One typed settings object, read from SUMI_* environment variables."""
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MIN_WORKFLOW_RETENTION_SECONDS = 2_592_000  # WF-47: terminal histories are kept at least this long
 
@@ -47,9 +47,21 @@ class Settings:
     # counters are kept apart and never change with a prune.
     settled_retention_seconds: int = 7 * 86400
     prune_interval_seconds: float = 60.0  # how often the projections service prunes
+    workflow_spare_contexts: int = 2  # fresh contexts started ahead of need, per Version lately run
     workflow_always_replay: bool = False  # end a workflow context after every committed step (tests)
     # Lets a test Host run with settings DurableWorkflow 0.3.0 forbids (a short retention).
     nonconformant_test_settings: bool = False
+    # Where fetched artefacts (the broker's jars) live; "" = $XDG_CACHE_HOME/sumi, else ~/.cache/sumi.
+    cache_dir: str = ""
+    log_level: str = "WARNING"
+    # The admin token `sumi up` / `sumi bootstrap` issue ("" = a new one, written to the file;
+    # the file "" = STATE_DIR/admin-token). A secret: kept out of repr and out of `to_env`,
+    # which no service needs it from.
+    admin_token: str = field(default="", repr=False)
+    admin_token_file: str = ""
+    # `sumi deploy`, a client of a Host: where the Host answers and the token it sends.
+    deploy_url: str = "http://127.0.0.1:8080"
+    deploy_token: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if self.workflow_retention_seconds < MIN_WORKFLOW_RETENTION_SECONDS and not self.nonconformant_test_settings:
@@ -95,11 +107,22 @@ class Settings:
             "workflow_retention_seconds": _int(env, "SUMI_WORKFLOW_RETENTION_SECONDS", MIN_WORKFLOW_RETENTION_SECONDS),
             "settled_retention_seconds": _int(env, "SUMI_SETTLED_RETENTION_SECONDS", 7 * 86400),
             "prune_interval_seconds": float(env.get("SUMI_PRUNE_INTERVAL_SECONDS", "60")),
+            "workflow_spare_contexts": _int(env, "SUMI_WORKFLOW_SPARE_CONTEXTS", 2),
             "workflow_always_replay": env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
             "nonconformant_test_settings": env.get("SUMI_NONCONFORMANT_TEST_SETTINGS", "") == "1",
+            "cache_dir": env.get("SUMI_CACHE_DIR", ""),
+            "log_level": env.get("SUMI_LOG_LEVEL", "WARNING"),
+            "admin_token": env.get("SUMI_ADMIN_TOKEN", ""),
+            "admin_token_file": env.get("SUMI_ADMIN_TOKEN_FILE", ""),
+            "deploy_url": env.get("SUMI_URL", "http://127.0.0.1:8080"),
+            "deploy_token": env.get("SUMI_TOKEN", ""),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
+
+    def token_file(self) -> str:
+        """Where the admin token is written (and read back on a later start)."""
+        return self.admin_token_file or os.path.join(self.state_dir, "admin-token")
 
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}.{name}"
@@ -131,6 +154,8 @@ class Settings:
             "SUMI_PRUNE_INTERVAL_SECONDS": str(self.prune_interval_seconds),
             "SUMI_WORKFLOW_ALWAYS_REPLAY": "1" if self.workflow_always_replay else "",
             "SUMI_NONCONFORMANT_TEST_SETTINGS": "1" if self.nonconformant_test_settings else "",
+            "SUMI_CACHE_DIR": self.cache_dir,
+            "SUMI_LOG_LEVEL": self.log_level,
         }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 from sumi._lifeline import STOP_GRACE, watchdog_argv
+from sumi.core.config import Settings
 from sumi.infra._cache import cache_dir
 from sumi.infra._ports import free_port, port_taken, wait_for_port
 from sumi.infra._watched import Watched
@@ -28,8 +29,9 @@ def kafka_version() -> str:
     return root.find("m:properties/m:kafka.version", ns).text  # type: ignore[union-attr,return-value]
 
 
-def ensure_jars() -> Path:
-    libs = cache_dir() / f"kafka-{kafka_version()}" / "libs"
+def ensure_jars(cache: str = "") -> Path:
+    """The broker's jars in the cache under `cache` (Settings.cache_dir), fetched the first time."""
+    libs = cache_dir(cache) / f"kafka-{kafka_version()}" / "libs"
     marker = libs / ".complete"
     if marker.exists():
         return libs
@@ -122,7 +124,7 @@ class KafkaBroker(Watched):
 
     def launch(self) -> None:
         """Format the data directory on first use and start the broker; `wait_started` waits for it."""
-        libs = ensure_jars()
+        libs = ensure_jars(Settings.from_env().cache_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props = self.data_dir / "server.properties"
         props.write_text(self._properties())
