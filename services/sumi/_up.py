@@ -74,7 +74,7 @@ def say(line: str) -> None:
 def up() -> int:
     signals = StopSignals().install()
     started = time.monotonic()
-    state = Path(os.environ.get("SUMI_STATE_DIR", ".sumi")).resolve()
+    state = Path(Settings.from_env().state_dir).resolve()
     try:
         lock = StateLock(state).acquire()
     except HostRunning as e:
@@ -138,9 +138,7 @@ def _up(state: Path, signals: StopSignals, started: float) -> int:
         settings = Settings.from_env()
         asyncio.run(prepare(settings))
         token, new = admin_token(
-            settings,
-            os.environ.get("SUMI_ADMIN_TOKEN"),
-            Path(os.environ.get("SUMI_ADMIN_TOKEN_FILE", state / "admin-token")),
+            settings, settings.admin_token or None, Path(settings.admin_token_file or state / "admin-token")
         )
         supervisor = Supervisor(settings, env)
         supervisor.start()

@@ -152,6 +152,7 @@ class Settings:
             "SUMI_WORKFLOW_RETENTION_SECONDS": str(self.workflow_retention_seconds),
             "SUMI_SETTLED_RETENTION_SECONDS": str(self.settled_retention_seconds),
             "SUMI_PRUNE_INTERVAL_SECONDS": str(self.prune_interval_seconds),
+            "SUMI_WORKFLOW_SPARE_CONTEXTS": str(self.workflow_spare_contexts),
             "SUMI_WORKFLOW_ALWAYS_REPLAY": "1" if self.workflow_always_replay else "",
             "SUMI_NONCONFORMANT_TEST_SETTINGS": "1" if self.nonconformant_test_settings else "",
             "SUMI_CACHE_DIR": self.cache_dir,
