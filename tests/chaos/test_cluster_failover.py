@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 from sumi.core import records as r
-from sumi.core.config import Settings
 from sumi.infra import KafkaCluster
 from tests.chaos.test_queue_crash import history
 from tests.conformance.kit import Api, Flows
@@ -31,10 +31,11 @@ from tests.httpkit import WORKFLOW, b64
 
 pytestmark = pytest.mark.integration
 
-POSTS, PER_POST, KILL_AFTER = 30, 20, 10  # sends; the kill comes after the first KILL_AFTER
-INSTANCES = 8  # workflow instances started before the kill, and as many after
-ACK_JS = "export default { async queue(batch) { for (const m of batch.messages) await batch.acknowledge(m.id); } };"
-FLOW_JS = """
+POSTS, PER_POST, KILL_AFTER = 16, 25, 5  # sends; the kill comes after the first KILL_AFTER
+INSTANCES = 5  # workflow instances started before the kill, and as many after
+# One worker for both: a queue handler that acknowledges all, and the workflow class.
+WORKER_JS = """
+export default { async queue(batch) { for (const m of batch.messages) await batch.acknowledge(m.id); } };
 export class Flow {
   async run(event, step) {
     let n = 0;
@@ -45,15 +46,22 @@ export class Flow {
 """
 
 
+PHASES: dict[str, float] = {}  # how long each part of the test took, printed with its figures
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[KafkaCluster]:
+    started = time.monotonic()
     with KafkaCluster() as c:
+        PHASES["cluster start"] = time.monotonic() - started
         yield c
 
 
 @pytest.fixture(scope="module")
 def cluster_host(cluster: KafkaCluster, database_url: str) -> Iterator[Host]:
+    started = time.monotonic()
     with running_host(new_settings(cluster.bootstrap, database_url, replication=3)) as h:
+        PHASES["Host start"] = time.monotonic() - started
         yield h
 
 
@@ -70,19 +78,20 @@ async def retried(call: Any, what: str, attempts: int = 150) -> httpx.Response:
     raise AssertionError(f"{what} never answered")
 
 
-async def leaders(settings: Settings) -> dict[tuple[str, int], int]:
+async def leaders(bootstrap: str, prefix: str) -> dict[tuple[str, int], int]:
     """The leader of every partition of the Host's topics and of Kafka's internal ones."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
-    try:
-        topics = [t for t in await admin.list_topics() if t.startswith((settings.topic_prefix + ".", "__"))]
-        return {
-            (t["topic"], p["partition"]): p["leader"]
-            for t in await admin.describe_topics(topics)
-            for p in t["partitions"]
-        }
-    finally:
-        await admin.close()
+    for _ in range(20):
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            await admin.start()
+            topics = [t for t in await admin.list_topics() if t.startswith((prefix + ".", "__"))]
+            described = await admin.describe_topics(topics)
+            return {(t["topic"], p["partition"]): p["leader"] for t in described for p in t["partitions"]}
+        except KafkaError:  # it asked a broker the metadata still named, and that one is gone
+            await asyncio.sleep(0.5)
+        finally:
+            await admin.close()
+    raise AssertionError("no broker answered for the partitions' leaders")
 
 
 class Load:
@@ -121,17 +130,20 @@ async def test_broker_killed_under_load(cluster: KafkaCluster, cluster_host: Hos
     # QC-43, QC-44, WF-41: a broker's death loses nothing, settles nothing twice, and every service goes on
     host = cluster_host
     total = POSTS * PER_POST
+    started = time.monotonic()
     async with httpx.AsyncClient(base_url=host.url, timeout=30) as client:
         api = Api(client, await new_space(host))
         queue = await api.queue()
-        await api.consumer(queue, await api.worker(ACK_JS), maxBatchSize=20, maxConcurrency=4)
-        flow_worker = await api.worker(source=FLOW_JS, handlers=())
-        spec = {"worker": {"resourceUid": flow_worker}, "className": "Flow"}
+        worker = await api.worker(WORKER_JS)
+        await api.consumer(queue, worker, maxBatchSize=20, maxConcurrency=4)
+        spec = {"worker": {"resourceUid": worker}, "className": "Flow"}
         flows = Flows(api, await api.create(f"wf-{uuid.uuid4().hex[:8]}", WORKFLOW, spec))
+        PHASES["resources"] = time.monotonic() - started
         load = Load(api, queue, flows)
         await load.run(0, KILL_AFTER, range(INSTANCES))
 
-        before = await leaders(host.settings)
+        before = await leaders(cluster.bootstrap, host.settings.topic_prefix)
+        pids = {name: proc.pid for name, proc in host.supervisor.procs.items()}
         victim = Counter(before.values()).most_common(1)[0][0]
         killed_at = time.monotonic()
         await asyncio.to_thread(cluster.kill, victim - 1)  # node IDs count from 1
@@ -145,7 +157,9 @@ async def test_broker_killed_under_load(cluster: KafkaCluster, cluster_host: Hos
         instances_done = time.monotonic()
         await api.queue()  # the control plane decides after the move too: a new Resource, projected
 
-        moved = await leaders(host.settings)
+        survivors = ",".join(b.bootstrap for b in cluster.brokers if b.node_id != victim)
+        moved = await leaders(survivors, host.settings.topic_prefix)
+        restarted = sorted(name for name, proc in host.supervisor.procs.items() if proc.pid != pids[name])
         led = [tp for tp, leader in before.items() if leader == victim]
         assert led and all(moved[tp] not in (victim, -1) for tp in led), moved
     assert (stats["ready"], stats["inFlight"], stats["deadLettered"]) == (0, 0, 0), stats
@@ -161,7 +175,9 @@ async def test_broker_killed_under_load(cluster: KafkaCluster, cluster_host: Hos
     print(
         f"\nbroker {victim} of 3 SIGKILLed, leading {len(led)} partitions: sends accepted again after "
         f"{resumed - killed_at:.1f}s, all {total} messages settled after {drained - killed_at:.1f}s, "
-        f"{2 * INSTANCES} instances complete after {instances_done - killed_at:.1f}s",
+        f"{2 * INSTANCES} instances complete after {instances_done - killed_at:.1f}s; "
+        f"services restarted by the supervisor: {', '.join(restarted) or 'none'} "
+        f"({', '.join(f'{k} {v:.1f}s' for k, v in PHASES.items())})",
         file=sys.stderr,
     )
 
