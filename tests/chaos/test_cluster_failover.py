@@ -10,6 +10,7 @@ and to the whole backlog settled is printed.
 """
 
 import asyncio
+import os
 import sys
 import time
 import uuid
@@ -33,6 +34,8 @@ pytestmark = pytest.mark.integration
 
 POSTS, PER_POST, KILL_AFTER = 16, 25, 5  # sends; the kill comes after the first KILL_AFTER
 INSTANCES = 5  # workflow instances started before the kill, and as many after
+# The long form: kill a broker, bring it back, kill the next one, this many times.
+ROUNDS = int(os.environ.get("SUMI_TEST_FAILOVER_ROUNDS", "1"))
 # One worker for both: a queue handler that acknowledges all, and the workflow class.
 WORKER_JS = """
 export default { async queue(batch) { for (const m of batch.messages) await batch.acknowledge(m.id); } };
@@ -129,7 +132,6 @@ class Load:
 async def test_broker_killed_under_load(cluster: KafkaCluster, cluster_host: Host) -> None:
     # QC-43, QC-44, WF-41: a broker's death loses nothing, settles nothing twice, and every service goes on
     host = cluster_host
-    total = POSTS * PER_POST
     started = time.monotonic()
     async with httpx.AsyncClient(base_url=host.url, timeout=30) as client:
         api = Api(client, await new_space(host))
@@ -140,46 +142,76 @@ async def test_broker_killed_under_load(cluster: KafkaCluster, cluster_host: Hos
         flows = Flows(api, await api.create(f"wf-{uuid.uuid4().hex[:8]}", WORKFLOW, spec))
         PHASES["resources"] = time.monotonic() - started
         load = Load(api, queue, flows)
-        await load.run(0, KILL_AFTER, range(INSTANCES))
-
-        before = await leaders(cluster.bootstrap, host.settings.topic_prefix)
-        pids = {name: proc.pid for name, proc in host.supervisor.procs.items()}
-        victim = Counter(before.values()).most_common(1)[0][0]
-        killed_at = time.monotonic()
-        await asyncio.to_thread(cluster.kill, victim - 1)  # node IDs count from 1
-        await load.run(KILL_AFTER, POSTS, range(INSTANCES, 2 * INSTANCES))
-
-        stats = await settled(api, queue, total)
-        drained = time.monotonic()
-        for iid in load.started:
-            done = await flows.until(iid, "complete", "errored", "terminated", timeout=60)
-            assert done["status"] == "complete" and done["output"] == {"n": 3, "id": iid}, done
-        instances_done = time.monotonic()
-        await api.queue()  # the control plane decides after the move too: a new Resource, projected
-
-        survivors = ",".join(b.bootstrap for b in cluster.brokers if b.node_id != victim)
-        moved = await leaders(survivors, host.settings.topic_prefix)
-        restarted = sorted(name for name, proc in host.supervisor.procs.items() if proc.pid != pids[name])
-        led = [tp for tp, leader in before.items() if leader == victim]
-        assert led and all(moved[tp] not in (victim, -1) for tp in led), moved
-    assert (stats["ready"], stats["inFlight"], stats["deadLettered"]) == (0, 0, 0), stats
+        figures = []
+        for n in range(ROUNDS):
+            victim, line = await one_broker_killed(cluster, host, load, n)
+            figures.append(line)
+            if n + 1 < ROUNDS:  # the long form: the victim comes back and catches up, then the next one dies
+                await asyncio.to_thread(cluster.restart, victim - 1)
+                await all_in_sync(cluster.bootstrap, host.settings.topic_prefix)
 
     sent = [m for _, ids in load.sent for m in ids]
     log = await history(host.settings, queue)
     acked = [m for x in log if isinstance(x, r.MessagesAcknowledged) for m in x.messageIds]
-    assert len(sent) == len(set(sent)) == total
+    assert len(sent) == len(set(sent)) == ROUNDS * POSTS * PER_POST
     assert {x.messageId for x in log if isinstance(x, r.MessageAccepted)} == set(sent)  # nothing lost
     assert len(acked) == len(set(acked)) and set(acked) == set(sent)  # each settled once
+    phases = ", ".join(f"{k} {v:.1f}s" for k, v in PHASES.items())
+    print("", *figures, f"({phases})", sep="\n", file=sys.stderr)
 
+
+async def one_broker_killed(cluster: KafkaCluster, host: Host, load: Load, n: int) -> tuple[int, str]:
+    """Load, the broker leading the most partitions SIGKILLed, more load; everything settled and
+    complete, and a new Resource created, after the partitions it led have new leaders."""
+    sends, first = n * POSTS, 2 * n * INSTANCES
+    await load.run(sends, sends + KILL_AFTER, range(first, first + INSTANCES))
+    before = await leaders(cluster.bootstrap, host.settings.topic_prefix)
+    pids = {name: proc.pid for name, proc in host.supervisor.procs.items()}
+    victim = Counter(before.values()).most_common(1)[0][0]
+    killed_at = time.monotonic()
+    await asyncio.to_thread(cluster.kill, victim - 1)  # node IDs count from 1
+    await load.run(sends + KILL_AFTER, sends + POSTS, range(first + INSTANCES, first + 2 * INSTANCES))
+
+    total = (n + 1) * POSTS * PER_POST
+    stats = await settled(load.api, load.queue, total)
+    assert (stats["ready"], stats["inFlight"], stats["deadLettered"]) == (0, 0, 0), stats
+    drained = time.monotonic()
+    for iid in load.started:
+        done = await load.flows.until(iid, "complete", "errored", "terminated", timeout=60)
+        assert done["status"] == "complete" and done["output"] == {"n": 3, "id": iid}, done
+    instances_done = time.monotonic()
+    await load.api.queue()  # the control plane decides after the move too: a new Resource, projected
+
+    survivors = ",".join(b.bootstrap for b in cluster.brokers if b.node_id != victim)
+    moved = await leaders(survivors, host.settings.topic_prefix)
+    led = [tp for tp, leader in before.items() if leader == victim]
+    assert led and all(moved[tp] not in (victim, -1) for tp in led), moved
+    restarted = sorted(name for name, proc in host.supervisor.procs.items() if proc.pid != pids[name])
     resumed = min(at for at, _ in load.sent if at > killed_at)
-    print(
-        f"\nbroker {victim} of 3 SIGKILLed, leading {len(led)} partitions: sends accepted again after "
+    return victim, (
+        f"broker {victim} of 3 SIGKILLed, leading {len(led)} partitions: sends accepted again after "
         f"{resumed - killed_at:.1f}s, all {total} messages settled after {drained - killed_at:.1f}s, "
-        f"{2 * INSTANCES} instances complete after {instances_done - killed_at:.1f}s; "
-        f"services restarted by the supervisor: {', '.join(restarted) or 'none'} "
-        f"({', '.join(f'{k} {v:.1f}s' for k, v in PHASES.items())})",
-        file=sys.stderr,
+        f"{len(load.started)} instances complete after {instances_done - killed_at:.1f}s; "
+        f"services restarted by the supervisor: {', '.join(restarted) or 'none'}"
     )
+
+
+async def all_in_sync(bootstrap: str, prefix: str, timeout: float = 120) -> None:
+    """Until every partition has all three replicas in sync again (a restarted broker caught up)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            await admin.start()
+            topics = [t for t in await admin.list_topics() if t.startswith((prefix + ".", "__"))]
+            if all(len(p["isr"]) == 3 for t in await admin.describe_topics(topics) for p in t["partitions"]):
+                return
+        except KafkaError:
+            pass
+        finally:
+            await admin.close()
+        assert time.monotonic() < deadline, "the restarted broker never caught up"
+        await asyncio.sleep(0.5)
 
 
 async def settled(api: Api, queue: str, total: int, timeout: float = 60) -> dict[str, Any]:
