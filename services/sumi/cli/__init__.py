@@ -3,16 +3,20 @@
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
 
-from sumi.core.config import Settings, SettingsError
+from sumi.core.config import Settings
 from sumi.services import SERVICE_ENTRIES
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        defaults, refused = Settings.from_env(), None
+    except ValueError as e:  # SettingsError, or a number that is none
+        # `deploy` is a client and needs none of the Host's settings; the others stop below.
+        defaults, refused = Settings(kafka_bootstrap="", database_url=""), e
     parser = argparse.ArgumentParser(prog="sumi")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start Kafka, Postgres and every service; Ctrl-C stops them all")
@@ -24,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     deploy.add_argument("directory")
     deploy.add_argument("--worker", required=True)
     deploy.add_argument("--space", required=True)
-    deploy.add_argument("--url", default=os.environ.get("SUMI_URL", "http://127.0.0.1:8080"))
-    deploy.add_argument("--token", default=os.environ.get("SUMI_TOKEN"))
+    deploy.add_argument("--url", default=defaults.deploy_url)
+    deploy.add_argument("--token", default=defaults.deploy_token or None)
     deploy.add_argument("--main", default=None, help="the main module (default: worker.js / worker.py)")
     sub.add_parser(
         "bootstrap",
@@ -36,15 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     replay.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("SUMI_LOG_LEVEL", "WARNING"), format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
-    if args.command != "deploy":  # a Host refuses settings it could not serve conformantly, before anything starts
-        try:
-            Settings.from_env()
-        except SettingsError as e:
-            print(f"sumi: {e}", file=sys.stderr)
-            return 2
+    logging.basicConfig(level=defaults.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.command != "deploy" and refused is not None:
+        # A Host refuses settings it could not serve conformantly, before anything starts.
+        print(f"sumi: {refused}", file=sys.stderr)
+        return 2
     if args.command == "up":
         return _up()
     if args.command == "serve":
@@ -107,12 +107,7 @@ def _bootstrap_only() -> int:
 
     settings = Settings.from_env()
     asyncio.run(prepare(settings))
-    state = Path(settings.state_dir)
-    token, new = admin_token(
-        settings,
-        os.environ.get("SUMI_ADMIN_TOKEN"),
-        Path(os.environ.get("SUMI_ADMIN_TOKEN_FILE", state / "admin-token")),
-    )
+    token, new = admin_token(settings, settings.admin_token or None, Path(settings.token_file()))
     asyncio.run(issue_admin_token(settings, token, timeout=120))
     print(f"sumi: admin token {token}" if new else "sumi: admin token issued")
     return 0

@@ -19,7 +19,6 @@ detail and errors are printed), 2 on a usage error.
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -268,7 +267,7 @@ def next_version_number(api: Api, worker: str) -> int:
 
 
 def run(args: argparse.Namespace) -> str:
-    token = args.token or os.environ.get("SUMI_TOKEN")
+    token = args.token  # --token, else SUMI_TOKEN (Settings.deploy_token, the option's default)
     if not token:
         raise DeployError("no token: pass --token or set SUMI_TOKEN", code=2)
     directory = Path(args.directory)
