@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sumi.core import records as r
 from sumi.engines.sends import sent
+from sumi.engines.worklogs import LogTags
 from sumi.queue import _decide as d
 from sumi.queue._control import Code, Consumer
 from sumi.runtime import EnvSpec, HostError, Limits, Module, QueueBatch, QueueMessage
@@ -127,6 +128,8 @@ class BatchRun:
             ],
         )
         env = EnvSpec(code.vars, list(code.queue_bindings), list(code.workflow_bindings))
+        tags = LogTags(code.space, code.worker, code.uid, self.consumer_uid, batch_id=self.batch.batchId)
+        self.ctx.log_sink = self.engine.worklogs.sink(tags)  # a warm context is retagged per batch
         result = await self.ctx.invoke_queue(batch, env, self.host_call)
         if result.ok:
             return "returned", None

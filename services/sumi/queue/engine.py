@@ -38,6 +38,7 @@ from sumi.core.config import Settings
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
 from sumi.engines.runtimes import Runtimes
+from sumi.engines.worklogs import WorkerLogs
 from sumi.queue import _decide as d
 from sumi.queue._batching import pick_version, plan
 from sumi.queue._contexts import ContextPool, Key
@@ -86,6 +87,7 @@ class Engine:
         self._last_sweep = 0
         self.runtimes = Runtimes()  # one per kind
         self.contexts = ContextPool(on_stopped=self.wake.set)
+        self.worklogs = WorkerLogs(settings)
 
     # ---- emitting ----------------------------------------------------------------------------
 
@@ -324,6 +326,7 @@ class Engine:
             for run in list(self.runs.values()):
                 run.stop()
             await self.runtimes.close()
+            await self.worklogs.close()
 
     def _recover(self) -> None:
         """Every batch still open in the log was abandoned by an earlier engine."""

@@ -29,6 +29,7 @@ from .types import (
     InvokeResult,
     Limits,
     LoadInfo,
+    LogSink,
     Module,
     QueueBatch,
     WorkflowInvocation,
@@ -61,6 +62,7 @@ class JsContext:
         self.id = context_id
         self.host_call = host_call
         self.host_tasks: set[asyncio.Task[None]] = set()
+        self.log_sink: LogSink | None = None  # set by the engine that invokes it, with its tags
         self.stop_reason: str | None = None
         self.violation: str | None = None
         self._runtime = runtime

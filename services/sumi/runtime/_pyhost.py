@@ -35,6 +35,7 @@ from .types import (
     InvokeResult,
     Limits,
     LoadInfo,
+    LogSink,
     Module,
     QueueBatch,
     WorkflowInvocation,
@@ -91,6 +92,7 @@ class PyContext:
         self._host = host_call
         self.host_call: HostCall | None = self._call  # what the channel calls: _call, metered
         self.host_tasks: set[asyncio.Task[None]] = set()
+        self.log_sink: LogSink | None = None  # set by the engine that invokes it, with its tags
         self.stop_reason: str | None = None
         self._forced_reason: str | None = None
         self._channel = channel

@@ -54,6 +54,7 @@ from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
 from sumi.engines import fair
 from sumi.engines.runtimes import Runtimes
+from sumi.engines.worklogs import WorkerLogs
 from sumi.runtime.types import Runtime, WorkflowOutcome
 from sumi.workflow import _decide as d
 from sumi.workflow import _keys
@@ -122,6 +123,7 @@ class Engine:
         self.outbox: Outbox | None = None
         self.last_put: asyncio.Future[None] | None = None
         self.runtimes = Runtimes()  # one per kind
+        self.worklogs = WorkerLogs(settings)
         self._last_observe = 0
         self.closing = False
 
@@ -623,6 +625,7 @@ class Engine:
                     task.cancel()  # e.g. one still starting its runtime process
                 await asyncio.gather(*pending, return_exceptions=True)
             await self.runtimes.close()
+            await self.worklogs.close()
 
 
 def warn_if_nonconformant(settings: Settings) -> None:
