@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         "bootstrap",
         help="create topics and read models and issue the admin token (what `up` does first; for compose and clusters)",
     )
+    from sumi.cli.logs import add_arguments as logs_arguments
+
+    logs_arguments(sub.add_parser("logs", help="print a worker's log lines; --follow keeps printing them"))
     replay = sub.add_parser(
         "replay", help="rebuild the read models from the topics into a fresh schema and compare them with the live one"
     )
@@ -39,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=os.environ.get("SUMI_LOG_LEVEL", "WARNING"), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
+    if args.command == "logs":
+        from sumi.cli.logs import logs
+
+        return logs(args)
     if args.command != "deploy":  # a Host refuses settings it could not serve conformantly, before anything starts
         try:
             Settings.from_env()

@@ -14,7 +14,7 @@ from starlette.staticfiles import StaticFiles
 
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
-from sumi.gateway import _operations, _queues, _resources, _service, _spaces, _tokens, _workflows
+from sumi.gateway import _logs, _operations, _queues, _resources, _service, _spaces, _tokens, _workflows
 from sumi.gateway._backend import Backend
 from sumi.gateway._metrics import Metrics, MetricsMiddleware
 from sumi.gateway._problems import CatchAll, on_http_exception, on_problem
@@ -38,6 +38,7 @@ def routes() -> list[BaseRoute]:
         *_operations.routes,
         *_queues.routes,
         *_workflows.routes,
+        *_logs.routes,
         Mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui"),
     ]
 

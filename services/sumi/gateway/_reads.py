@@ -11,6 +11,7 @@ from input.
 
 from typing import Any
 
+from sumi.control.forms.names import MODULE_WORKER
 from sumi.gateway._backend import Backend, Row
 
 RESOURCE_COLUMNS = "uid, space, name, form, generation, state, spec, observed, output, created_at, updated_at"
@@ -100,6 +101,11 @@ async def queue(db: Backend, space: str, form: str, ref: str) -> Row | None:
         f"SELECT uid, state FROM resources WHERE space = %s AND form = %s AND {_ref_column(ref)} = %s",
         (space, form, ref),
     )
+
+
+async def worker(db: Backend, space: str, ref: str) -> Row | None:
+    """uid, state of the Space's ModuleWorker by UID or name."""
+    return await queue(db, space, MODULE_WORKER, ref)
 
 
 async def known_messages(db: Backend, message_ids: list[str]) -> set[str]:
