@@ -210,8 +210,8 @@ class Channel:
         if op == "host_call":
             self._start_host_call(frame, big)
         elif op == "log":
-            level, text = _protocol.check_log(frame)
-            self._worker_log(context_id, level, text)
+            level, text, dropped = _protocol.check_log(frame)
+            self._worker_log(context_id, level, text, dropped)
         elif op == "context_stopped":
             reason = _protocol.check_stopped(frame)
             self._flush_drops(context_id)
@@ -236,13 +236,17 @@ class Channel:
         if not request.future.done():
             request.future.set_result(reply)
 
-    def _worker_log(self, context_id: str | None, level: str, text: str) -> None:
-        """A line the context printed: to its sink within its rate, else to the Host's log."""
+    def _worker_log(self, context_id: str | None, level: str, text: str, dropped: int = 0) -> None:
+        """A line the context printed: to its sink within its rate, else to the Host's log.
+        Lines the runtime process already refused (`dropped`) join this side's count."""
         ctx = self.contexts.get(context_id) if context_id is not None else None
         if ctx is None or ctx.log_sink is None:
             self._log.log(_LEVELS[level], "[%s] %s", context_id, text, extra={"context_id": context_id})
             return
-        if self._state_of(ctx.id).logs.admit(time.monotonic()):
+        bucket = self._state_of(ctx.id).logs
+        if dropped:
+            bucket.dropped += dropped
+        elif bucket.admit(time.monotonic()):
             self._flush_drops(ctx.id)
             ctx.log_sink(level, text, 0)
 

@@ -119,12 +119,14 @@ def context_of(frame: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= 128 else None
 
 
-def check_log(frame: Mapping[str, Any]) -> tuple[str, str]:
+def check_log(frame: Mapping[str, Any]) -> tuple[str, str, int]:
+    """(level, text, dropped): a `dropped` > 0 frame counts lines the runtime refused, not a line."""
     ctx = context_of(frame)
     level = frame.get("level")
     if level not in LOG_LEVELS:
         raise ProtocolError("log level must be one of debug, info, warn, error", ctx)
-    return str(level), _str(frame.get("text"), "log text", MAX_TEXT, ctx)
+    dropped = _int(frame.get("dropped", 0), "log dropped", 0, 2**31 - 1, ctx)
+    return str(level), _str(frame.get("text"), "log text", MAX_TEXT, ctx), dropped
 
 
 def check_stopped(frame: Mapping[str, Any]) -> str:
