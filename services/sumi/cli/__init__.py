@@ -2,13 +2,13 @@
 
 import argparse
 import asyncio
-import logging
 import os
 import signal
 import sys
 from pathlib import Path
 
 from sumi.core.config import Settings, SettingsError
+from sumi.core.logs import configure as configure_logs
 from sumi.services import SERVICE_ENTRIES
 
 
@@ -39,9 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     replay.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("SUMI_LOG_LEVEL", "WARNING"), format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
+    configure_logs(os.environ.get("SUMI_LOG_FORMAT") or "text", os.environ.get("SUMI_LOG_LEVEL", "WARNING"))
     if args.command == "logs":
         from sumi.cli.logs import logs
 

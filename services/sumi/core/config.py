@@ -41,8 +41,11 @@ class Settings:
     workflow_always_replay: bool = False  # end a workflow context after every committed step (tests)
     # Lets a test Host run with settings DurableWorkflow 0.3.0 forbids (a short retention).
     nonconformant_test_settings: bool = False
+    log_format: str = "text"  # the Host's own log: text, or json (one object per line; sumi.core.logs)
 
     def __post_init__(self) -> None:
+        if self.log_format not in ("text", "json"):
+            raise SettingsError(f"SUMI_LOG_FORMAT={self.log_format!r} is neither text nor json")
         if self.workflow_retention_seconds < MIN_WORKFLOW_RETENTION_SECONDS and not self.nonconformant_test_settings:
             raise SettingsError(
                 f"SUMI_WORKFLOW_RETENTION_SECONDS={self.workflow_retention_seconds} is under the minimum of "
@@ -84,6 +87,7 @@ class Settings:
             "workflow_retention_seconds": _int(env, "SUMI_WORKFLOW_RETENTION_SECONDS", MIN_WORKFLOW_RETENTION_SECONDS),
             "workflow_always_replay": env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
             "nonconformant_test_settings": env.get("SUMI_NONCONFORMANT_TEST_SETTINGS", "") == "1",
+            "log_format": env.get("SUMI_LOG_FORMAT") or "text",
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
@@ -115,6 +119,7 @@ class Settings:
             "SUMI_WORKFLOW_RETENTION_SECONDS": str(self.workflow_retention_seconds),
             "SUMI_WORKFLOW_ALWAYS_REPLAY": "1" if self.workflow_always_replay else "",
             "SUMI_NONCONFORMANT_TEST_SETTINGS": "1" if self.nonconformant_test_settings else "",
+            "SUMI_LOG_FORMAT": self.log_format,
         }
 
 

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from sumi.core import logs
 from sumi.core import records as r
 from sumi.engines.sends import sent
 from sumi.engines.worklogs import LogTags
@@ -73,6 +74,8 @@ class BatchRun:
         return c
 
     async def _run(self) -> None:
+        space = self.code.space if self.code is not None else None
+        logs.tag(space=space, resource=self.consumer_uid, batch=self.batch.batchId)
         outcome, error = "threw", None
         try:
             outcome, error = await self._invoke()

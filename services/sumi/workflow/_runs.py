@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from sumi.control.state import VersionView
-from sumi.core import ids
+from sumi.core import ids, logs
 from sumi.engines.sends import sent
 from sumi.engines.worklogs import LogTags
 from sumi.runtime import EnvSpec, HostError, Limits, Module
@@ -82,6 +82,8 @@ class ContextRun:
             asyncio.ensure_future(self._stop_ctx())
 
     async def _run(self) -> None:
+        inst = self.inst
+        logs.tag(space=inst.space, resource=inst.workflow_uid, instance=inst.instance_id)
         try:
             outcome = await self._execute()
         except Exception as exc:  # the runtime failed: the context is gone, a new one replays

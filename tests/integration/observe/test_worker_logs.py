@@ -29,7 +29,10 @@ export default {
     for (const m of batch.messages) {
       const cmd = dec.decode(m.body);
       if (cmd === 'throw') throw new Error('handler threw on purpose');
-      if (cmd.startsWith('flood:')) { for (let i = 0; i < Number(cmd.slice(6)); i++) console.log('flood', i); continue; }
+      if (cmd.startsWith('flood:')) {
+        for (let i = 0; i < Number(cmd.slice(6)); i++) console.log('flood', i);
+        continue;
+      }
       console.log('hello from', m.id);
       console.warn('careful');
     }
