@@ -416,7 +416,24 @@ class WorkerLogged:
     dropped: int = 0
 
 
-Record = CommandSubmitted | ControlRecord | QueueRecord | WorkflowRecord | DataKey | RecordQuarantined | WorkerLogged
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    service: str
+    instance: str
+    text: str
+    at: int
+
+
+Record = (
+    CommandSubmitted
+    | ControlRecord
+    | QueueRecord
+    | WorkflowRecord
+    | DataKey
+    | RecordQuarantined
+    | WorkerLogged
+    | MetricsSnapshot
+)
 
 RECORD_TYPES: dict[str, type] = {
     cls.__name__: cls
@@ -455,5 +472,6 @@ RECORD_TYPES: dict[str, type] = {
         DataKey,
         RecordQuarantined,
         WorkerLogged,
+        MetricsSnapshot,
     )
 }

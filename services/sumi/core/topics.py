@@ -80,6 +80,11 @@ def _specs(settings: Settings) -> list[TopicSpec]:
         # What workers print: read by `GET …/logs`, kept a week and at most 1 GiB per partition,
         # whichever ends first (a Space's flood ages out, it never grows the broker without bound).
         TopicSpec(settings.topic("logs"), LOG_TOPIC),
+        # Each service process's latest metrics (sumi.engines.exporter): compacted to one per
+        # process, and gone a day after the process stopped sending.
+        TopicSpec(
+            settings.topic("metrics"), {**KEY_TOPIC, "cleanup.policy": "compact,delete", "retention.ms": str(86400_000)}
+        ),
     ]
 
 

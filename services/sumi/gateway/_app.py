@@ -1,5 +1,6 @@
 """The Starlette app: routes, error handling, metrics, and the lifespan that owns the backend."""
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -51,9 +52,12 @@ def create_app(settings: Settings) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await backend.start()
+        gathering = asyncio.create_task(metrics.gathered.follow(settings))
         try:
             yield
         finally:
+            gathering.cancel()
+            await asyncio.gather(gathering, return_exceptions=True)
             await backend.stop()
 
     app = Starlette(

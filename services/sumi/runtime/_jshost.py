@@ -238,6 +238,14 @@ class JsRuntime:
     def idle(self) -> bool:
         return self._channel is None or not self._channel.contexts
 
+    def alive(self) -> tuple[int, list[int]]:
+        """Its contexts running now, and the pids of its processes (for metrics)."""
+        channel = self._channel
+        if channel is None or not channel.alive:
+            return 0, []
+        pid = channel.sandboxed_pid
+        return len(channel.contexts), [pid] if pid else []
+
     async def close(self) -> None:
         self._closed = True
         if self._channel is not None:

@@ -147,6 +147,10 @@ class PyContext:
         log.warning("python context %s stopped: it broke the runtime protocol (%s)", self.id, reason)
         asyncio.get_running_loop().create_task(self.stop())
 
+    @property
+    def sandboxed_pid(self) -> int | None:
+        return self._channel.sandboxed_pid if self._channel.alive else None
+
     async def load_info(self) -> LoadInfo:
         reply = await self._channel.request({"op": "load_info", "contextId": self.id})
         if reply is EXITED:
@@ -311,6 +315,10 @@ class PyRuntime:
 
     def idle(self) -> bool:
         return not self._contexts
+
+    def alive(self) -> tuple[int, list[int]]:
+        """Its contexts running now, and the pids of their processes (for metrics)."""
+        return len(self._contexts), [pid for ctx in self._contexts if (pid := ctx.sandboxed_pid) is not None]
 
     async def close(self) -> None:
         contexts, self._contexts = self._contexts, set()

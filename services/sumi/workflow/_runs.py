@@ -10,6 +10,7 @@ does the run publish sleeping, waiting or a terminal status (WF-46).
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from sumi.control.state import VersionView
@@ -160,6 +161,7 @@ class ContextRun:
     # ---- host calls ---------------------------------------------------------------------
 
     async def call(self, context_id: str, method: str, args: dict[str, Any]) -> Any:
+        started = time.monotonic()
         try:
             return await self._call(method, args)
         except HostError as exc:  # kept: the runtime may give up on the run for it (engine `_death`)
@@ -168,6 +170,9 @@ class ContextRun:
         except Exception as exc:  # a bug in the Host: the runtime sees backend_unavailable
             self.refused = f"{method}: {exc!r}"
             raise
+        finally:
+            if (inst := self.engine.instances.get(self.key)) is not None:
+                self.engine.metrics.call(inst.space, inst.workflow_uid, method, time.monotonic() - started)
 
     async def _call(self, method: str, args: dict[str, Any]) -> Any:
         code = self.engine.control.code(self.inst.version_uid or "")
