@@ -26,6 +26,8 @@ def test_two_copies_of_a_service_make_one_family_labelled_by_process() -> None:
     registry = CollectorRegistry()
     registry.register(gathered)
     families = list(text_string_to_metric_families(generate_latest(registry).decode()))
-    assert [f.name for f in families] == ["sumi_queue_acks"]
-    totals = {s.labels["instance"]: s.value for s in families[0].samples if s.name.endswith("_total")}
+    names = [f.name for f in families]
+    assert sorted(names) == ["sumi_queue_acks", "sumi_queue_acks_created"]  # each once, though two processes
+    acks = next(f for f in families if f.name == "sumi_queue_acks")
+    totals = {s.labels["instance"]: s.value for s in acks.samples if s.name.endswith("_total")}
     assert totals == {"a:1": 5.0, "b:2": 4.0}
