@@ -24,12 +24,16 @@ async def name_of(api: Api, uid: str) -> str:
     return (await api.get(uid)).json()["name"]  # type: ignore[no-any-return]
 
 
+POINTS = "(id) => Chart.getChart(document.querySelector(`[data-testid=${id}]`))?.data.labels.length ?? 0"
+
+
 async def chart_points(page: Page, testid: str) -> Any:
-    return await page.evaluate(
-        "(id) => { const c = Chart.getChart(document.querySelector(`[data-testid=${id}]`));"
-        " return c ? c.data.labels.length : 0; }",
-        testid,
-    )
+    return await page.evaluate(POINTS, testid)
+
+
+async def until_points(page: Page, testid: str, at_least: int) -> None:
+    """The chart is drawn by Chart.js and holds that many points (a poll adds one every 2 s)."""
+    await page.wait_for_function(f"({POINTS})({testid!r}) >= {at_least}", timeout=15_000)
 
 
 async def test_queue_instance_and_live_log_in_chromium(api: Api, host: Host, tmp_path: Path) -> None:
@@ -61,7 +65,7 @@ async def test_queue_instance_and_live_log_in_chromium(api: Api, host: Host, tmp
 
             await page.click(f"[data-resource='{await name_of(api, backlog)}']")
             await expect(page.get_by_test_id("peek")).to_contain_text("waiting for a consumer")
-            await expect.poll(lambda: chart_points(page, "queue-chart"), timeout=15_000).to_be_greater_than(1)
+            await until_points(page, "queue-chart", 2)
             await page.screenshot(path=tmp_path / "queue.png", full_page=True)
 
             await page.click(f"[data-resource='{await name_of(api, wf)}']")
