@@ -16,11 +16,15 @@ import fcntl
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sumi._signals import Stopped, StopSignals
 from sumi.core.config import Settings
 from sumi.infra import KafkaBroker, PostgresServer
 from sumi.infra._ports import port_taken
+
+if TYPE_CHECKING:
+    from sumi._uplogs import HostLogPrinter
 
 
 class HostRunning(Exception):
@@ -69,7 +73,7 @@ def say(line: str) -> None:
         pass
 
 
-def up() -> int:
+def up(logs: bool = False) -> int:
     signals = StopSignals().install()
     started = time.monotonic()
     state = Path(os.environ.get("SUMI_STATE_DIR", ".sumi")).resolve()
@@ -79,7 +83,7 @@ def up() -> int:
         say(f"sumi: a Host is already running on {state} (pid {e.pid}); stop it first or set SUMI_STATE_DIR")
         return 1
     try:
-        return _up(state, signals, started)
+        return _up(state, signals, started, logs)
     except Stopped:
         return 0
     finally:
@@ -106,7 +110,7 @@ def _ports() -> dict[str, int] | str:
     return ports
 
 
-def _up(state: Path, signals: StopSignals, started: float) -> int:
+def _up(state: Path, signals: StopSignals, started: float, logs: bool = False) -> int:
     from sumi._bootstrap import admin_token, issue_admin_token, prepare
     from sumi.supervisor import Supervisor
 
@@ -144,7 +148,10 @@ def _up(state: Path, signals: StopSignals, started: float) -> int:
         say(f"sumi: ready in {time.monotonic() - started:.1f}s at {supervisor.url}")
         say(f"sumi: admin token {token}" + (" (new; also written to the token file)" if new else ""))
         say("sumi: Ctrl-C stops everything")
+        printer = _print_logs(settings) if logs else None
         signals.wait()
+        if printer is not None:
+            printer.stop()
     except (RuntimeError, TimeoutError) as e:
         say(f"sumi: {e}")
         return 1
@@ -165,6 +172,12 @@ def _up(state: Path, signals: StopSignals, started: float) -> int:
             f" (services {services - stopping:.1f}s, parts {done - services:.1f}s)"
         )
     return 0
+
+
+def _print_logs(settings: Settings) -> "HostLogPrinter":
+    from sumi._uplogs import HostLogPrinter
+
+    return HostLogPrinter(settings).start()
 
 
 def _launch(parts: list["KafkaBroker | PostgresServer"], part: "KafkaBroker | PostgresServer", what: str) -> None:

@@ -15,7 +15,8 @@ from sumi.services import SERVICE_ENTRIES
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sumi")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("up", help="start Kafka, Postgres and every service; Ctrl-C stops them all")
+    up = sub.add_parser("up", help="start Kafka, Postgres and every service; Ctrl-C stops them all")
+    up.add_argument("--logs", action="store_true", help="print every worker's log lines as they come")
     serve = sub.add_parser("serve", help="run one service in the foreground")
     serve.add_argument("service", choices=list(SERVICE_ENTRIES))
     deploy = sub.add_parser(
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sumi: {e}", file=sys.stderr)
             return 2
     if args.command == "up":
-        return _up()
+        return _up(args.logs)
     if args.command == "serve":
         return _serve(args.service)
     if args.command == "bootstrap":
@@ -123,7 +124,7 @@ def _bootstrap_only() -> int:
     return 0
 
 
-def _up() -> int:
+def _up(logs: bool = False) -> int:
     from sumi._up import up
 
-    return up()
+    return up(logs)

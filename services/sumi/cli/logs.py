@@ -10,6 +10,8 @@ from urllib.parse import quote
 
 import httpx
 
+from sumi.core.logline import format_line
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("worker", help="the ModuleWorker's name or UID")
@@ -55,12 +57,6 @@ def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
     for line in lines:
         if line.startswith("data:"):
             yield json.loads(line[5:])
-
-
-def format_line(entry: dict[str, Any]) -> str:
-    where = [f"{k} {entry[k]}" for k in ("batchId", "instanceId", "step") if k in entry]
-    tag = f" [{', '.join(where)}]" if where else ""
-    return f"{entry['at']} {entry['level']:<5}{tag} {entry['text']}"
 
 
 def _print(entry: dict[str, Any], as_json: bool, out: TextIO) -> None:

@@ -2,11 +2,9 @@
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sumi.core.problems import Problem
 from sumi.core.records import WorkerLogged
-from sumi.core.times import rfc3339
 
 LEVELS = ("debug", "info", "warn", "error")
 
@@ -40,20 +38,3 @@ def parse_since(raw: str | None) -> int | None:
     if at.tzinfo is None:
         raise Problem("invalid_request", "since needs a time zone (Z or an offset)")
     return int(at.timestamp() * 1000)
-
-
-def item(rec: WorkerLogged) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "at": rfc3339(rec.at),
-        "level": rec.level,
-        "text": rec.text,
-        "worker": rec.workerUid,
-        "version": rec.versionUid,
-        "resource": rec.resourceUid,
-    }
-    for name, value in (("batchId", rec.batchId), ("instanceId", rec.instanceId), ("step", rec.step)):
-        if value is not None:
-            out[name] = value
-    if rec.dropped:
-        out["dropped"] = rec.dropped
-    return out

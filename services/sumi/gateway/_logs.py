@@ -13,12 +13,13 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from sumi.core.logline import item
 from sumi.core.problems import Problem
 from sumi.gateway import _logtail
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import authorize
 from sumi.gateway._backend import backend
-from sumi.gateway._logfilter import LEVELS, LogFilter, item, parse_since
+from sumi.gateway._logfilter import LEVELS, LogFilter, parse_since
 from sumi.gateway._query import bool_param, choice_param, int_param
 from sumi.gateway._routing import route
 

@@ -3,6 +3,7 @@ follow stream and `sumi logs --follow`, tagged; other Spaces see none of it; a f
 and its drops are counted (real Kafka, Postgres, Node)."""
 
 import asyncio
+import io
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from sumi._uplogs import HostLogPrinter
 from sumi.core import codec
 from sumi.core.records import WorkerLogged
 from tests.conformance.kit import Api
@@ -114,6 +116,23 @@ async def test_printed_lines_and_uncaught_errors_reach_every_reader_with_tags(ap
     assert {e["text"] for e in r.json()["items"]} >= {f"hello from {hello_id}", "careful", error["text"]}
     r = await api.c.get(logs_path(api, w), params={"level": "error"}, headers={**auth(api.viewer)})
     assert [e["text"] for e in r.json()["items"]] == [error["text"]]
+
+
+async def test_sumi_up_logs_prints_every_workers_lines(api: Api, host: Host) -> None:
+    # QC-23: what `sumi up --logs` prints beside the Host: each line, tagged with its batch
+    out = io.StringIO()
+    printer = HostLogPrinter(host.settings, out).start()
+    try:
+        assert await asyncio.to_thread(printer.ready.wait, 30)
+        q = await api.queue()
+        w = await api.worker(source=PRINTER_JS)
+        await api.consumer(q, w)
+        (message_id,) = await api.send(q, "hello")
+        await until(lambda: f"hello from {message_id}" in out.getvalue())
+    finally:
+        printer.stop()
+    line = next(x for x in out.getvalue().splitlines() if f"hello from {message_id}" in x)
+    assert f"{api.space}/{w}:" in line and "[batchId bat" in line
 
 
 async def test_another_spaces_token_sees_nothing(api: Api, host: Host) -> None:
