@@ -12,8 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sumi.core import kafka, topics
 from sumi.core.clock import now_ms
@@ -33,9 +32,8 @@ class LogTags:
     resource_uid: str  # the QueueConsumer or DurableWorkflow that invoked the worker
     batch_id: str | None = None
     instance_id: str | None = None
-    step: Callable[[], str | None] = field(default=lambda: None)  # read at each line
 
-    def record(self, level: str, text: str, dropped: int) -> WorkerLogged:
+    def record(self, level: str, text: str, dropped: int, step: str | None = None) -> WorkerLogged:
         return WorkerLogged(
             self.space,
             self.worker_uid,
@@ -46,7 +44,7 @@ class LogTags:
             now_ms(),
             self.batch_id,
             self.instance_id,
-            self.step(),
+            step,
             dropped,
         )
 
@@ -62,8 +60,8 @@ class WorkerLogs:
         self._unsaid: dict[tuple[str, str], int] = {}  # per (Space, worker): dropped, not yet told
 
     def sink(self, tags: LogTags) -> LogSink:
-        def write(level: str, text: str, dropped: int) -> None:
-            self.put(tags, tags.record(level, text, dropped))
+        def write(level: str, text: str, dropped: int, step: str | None) -> None:
+            self.put(tags, tags.record(level, text, dropped, step))
 
         return write
 

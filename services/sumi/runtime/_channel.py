@@ -210,8 +210,8 @@ class Channel:
         if op == "host_call":
             self._start_host_call(frame, big)
         elif op == "log":
-            level, text, dropped = _protocol.check_log(frame)
-            self._worker_log(context_id, level, text, dropped)
+            level, text, dropped, step = _protocol.check_log(frame)
+            self._worker_log(context_id, level, text, dropped, step)
         elif op == "context_stopped":
             reason = _protocol.check_stopped(frame)
             self._flush_drops(context_id)
@@ -236,7 +236,9 @@ class Channel:
         if not request.future.done():
             request.future.set_result(reply)
 
-    def _worker_log(self, context_id: str | None, level: str, text: str, dropped: int = 0) -> None:
+    def _worker_log(
+        self, context_id: str | None, level: str, text: str, dropped: int = 0, step: str | None = None
+    ) -> None:
         """A line the context printed: to its sink within its rate, else to the Host's log.
         Lines the runtime process already refused (`dropped`) join this side's count."""
         ctx = self.contexts.get(context_id) if context_id is not None else None
@@ -248,7 +250,7 @@ class Channel:
             bucket.dropped += dropped
         elif bucket.admit(time.monotonic()):
             self._flush_drops(ctx.id)
-            ctx.log_sink(level, text, 0)
+            ctx.log_sink(level, text, 0, step)
 
     def _flush_drops(self, context_id: str | None) -> None:
         """Say how many lines the bucket refused since it last said so."""
@@ -257,7 +259,7 @@ class Channel:
         if ctx is None or ctx.log_sink is None or state is None:
             return
         if dropped := state.logs.take_dropped():
-            ctx.log_sink("warn", _lograte.drop_notice(dropped), dropped)
+            ctx.log_sink("warn", _lograte.drop_notice(dropped), dropped, None)
 
     def _log_outcome(self, context_id: str | None, op: str, reply: dict[str, Any]) -> None:
         """An invocation ended: its drops are told, and its uncaught error (never rate-bound)."""
@@ -265,7 +267,7 @@ class Channel:
         ctx = self.contexts.get(context_id) if context_id is not None else None
         line = _lograte.outcome_line(op, reply)
         if ctx is not None and ctx.log_sink is not None and line is not None:
-            ctx.log_sink("error", line, 0)
+            ctx.log_sink("error", line, 0, None)
 
     def _start_host_call(self, frame: dict[str, Any], big: bool = False) -> None:
         context_id = _protocol.context_of(frame)

@@ -62,7 +62,6 @@ class ContextRun:
         self.closed = False  # a step call suspended or fenced it: nothing more commits from this context
         self.after_stop: list[Any] = []
         self.refused: str | None = None  # the last host call this run failed
-        self.step: str | None = None  # the step its code last called, for its log lines
         self.stopped = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
 
@@ -114,9 +113,7 @@ class ContextRun:
         if self.stopping:
             return WorkflowOutcome("stopped", reason="stopped")
         env = EnvSpec(code.vars, list(code.queue_bindings), list(code.workflow_bindings))
-        tags = LogTags(
-            code.space, code.worker, code.uid, inst.workflow_uid, instance_id=inst.instance_id, step=lambda: self.step
-        )
+        tags = LogTags(code.space, code.worker, code.uid, inst.workflow_uid, instance_id=inst.instance_id)
         self.ctx.log_sink = self.engine.worklogs.sink(tags)
         result: WorkflowOutcome = await self.ctx.invoke_workflow(
             invocation(self.inst, self.class_name, self.engine.limits), env, self.call
@@ -187,8 +184,6 @@ class ContextRun:
             return None
         if self.stopping or self.closed:
             raise HostError("fenced", "this execution context is being stopped")
-        if isinstance(args.get("name"), str):
-            self.step = args["name"]
         decision = d.call(self.inst, self.token, method, args, self.engine.now(), self.engine.limits)
         try:
             await self.engine.emit(self.key, decision.records)

@@ -213,14 +213,14 @@ class Context {
     if (handler(this, m) === false) this.decideStop('threw', new Error(`${m.type} too large for the channel`));
   }
 
-  log(level, text) {
+  log(level, text, step) {
     const now = Date.now();
     this.logTokens = Math.min(LOG_BURST, this.logTokens + ((now - this.logAt) / 1000) * LOG_RATE);
     this.logAt = now;
     if (this.logTokens < 1 || process.stdout.writableLength > LOG_BACKLOG) { this.droppedLogs++; return true; }
     this.logTokens -= 1;
     this.tellDropped();
-    return send({ op: 'log', contextId: this.id, level, text });
+    return send({ op: 'log', contextId: this.id, level, text, ...(step === undefined ? {} : { step }) });
   }
 
   tellDropped() {
@@ -314,7 +314,7 @@ const fromWorker = {
       : { handlers: m.handlers, workflowClasses: m.workflowClasses });
   },
   log(c, m) {
-    return c.log(m.level, m.text);
+    return c.log(m.level, m.text, typeof m.step === 'string' ? m.step : undefined);
   },
   host_call(c, m) {
     if (!isId(m.callId) || typeof m.method !== 'string') return true;
