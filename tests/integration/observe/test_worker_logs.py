@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,9 +19,9 @@ from aiokafka import AIOKafkaConsumer
 from sumi._uplogs import HostLogPrinter
 from sumi.core import codec
 from sumi.core.records import WorkerLogged
-from tests.conformance.kit import Api
+from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, new_space
-from tests.httpkit import auth
+from tests.httpkit import WORKFLOW, auth
 
 pytestmark = pytest.mark.integration
 
@@ -209,3 +210,38 @@ def _backlog_drops(text: str) -> int:
 
     m = re.fullmatch(r"(\d+) log lines dropped \(output backlog\)", text)
     return int(m.group(1)) if m else 0
+
+
+STEP_LOG_JS = """
+export default {};
+export class Flow {
+  async run(event, step) {
+    console.log('starting', event.instanceId);
+    await step.do('charge', async () => { console.info('charging'); return {}; });
+    throw new Error('declined after charging');
+  }
+}
+"""
+
+
+async def test_a_workflow_instance_lines_carry_instance_and_step(api: Api) -> None:
+    # WF-34, WF-45: an instance's lines and its uncaught error, by instance and step
+    w = await api.worker(source=STEP_LOG_JS, handlers=())
+    wf = await api.create(f"wf-{uuid.uuid4().hex[:8]}", WORKFLOW, {"worker": {"resourceUid": w}, "className": "Flow"})
+    flows = Flows(api, wf)
+    iid, other = await flows.started(), await flows.started()
+    await flows.until(iid, "errored")
+    await flows.until(other, "errored")
+    deadline = time.monotonic() + 30
+    while True:
+        r = await api.c.get(logs_path(api, w), params={"instance": iid}, headers=api.h)
+        items = r.json()["items"]
+        if any(e["level"] == "error" for e in items) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    assert {e["instanceId"] for e in items} == {iid} and {e["resource"] for e in items} == {wf}
+    charging = next(e for e in items if e["text"] == "charging")
+    assert charging["step"] == "charge" and charging["level"] == "info"
+    assert "step" not in next(e for e in items if e["text"].startswith("starting"))
+    error = next(e for e in items if e["level"] == "error")
+    assert error["text"] == "run_threw: Error: declined after charging"
