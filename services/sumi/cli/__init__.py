@@ -92,7 +92,16 @@ def _serve(service: str) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _exit_quietly)
         signal.signal(signal.SIGHUP, lambda s, f: signal.raise_signal(signal.SIGTERM))
-        uvicorn.run(create_app(settings), host=settings.http_host, port=settings.http_port, log_level="warning")
+        # JSON lines: uvicorn's own loggers then go through the root handler (sumi.core.logs) too.
+        from uvicorn.config import LOGGING_CONFIG
+
+        uvicorn.run(
+            create_app(settings),
+            host=settings.http_host,
+            port=settings.http_port,
+            log_level="warning",
+            log_config=None if settings.log_format == "json" else LOGGING_CONFIG,
+        )
         return 0
     from sumi._bootstrap import prepare
 

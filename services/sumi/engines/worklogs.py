@@ -14,6 +14,8 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 
+from prometheus_client import CollectorRegistry, Counter
+
 from sumi.core import kafka, topics
 from sumi.core.clock import now_ms
 from sumi.core.config import Settings
@@ -50,8 +52,14 @@ class LogTags:
 
 
 class WorkerLogs:
-    def __init__(self, settings: Settings, capacity: int = CAPACITY) -> None:
+    def __init__(self, settings: Settings, registry: CollectorRegistry | None = None, capacity: int = CAPACITY) -> None:
         self._settings = settings
+        self.dropped = Counter(
+            "sumi_worker_log_lines_dropped",
+            "Lines a worker printed that were refused (its rate bound, or the Host's full buffer)",
+            ("space", "worker"),
+            registry=registry,
+        )
         self._capacity = capacity
         self._pending: deque[WorkerLogged] = deque()
         self._wake = asyncio.Event()
@@ -67,7 +75,10 @@ class WorkerLogs:
 
     def put(self, tags: LogTags, rec: WorkerLogged) -> None:
         key = (tags.space, tags.worker_uid)
+        if rec.dropped:
+            self.dropped.labels(*key).inc(rec.dropped)
         if len(self._pending) >= self._capacity:
+            self.dropped.labels(*key).inc()
             self.overflowed += 1
             self._unsaid[key] = self._unsaid.get(key, 0) + 1
             return

@@ -91,8 +91,8 @@ class Engine:
         self._last_sweep = 0
         self.runtimes = Runtimes()  # one per kind
         self.contexts = ContextPool(on_stopped=self.wake.set)
-        self.worklogs = WorkerLogs(settings)
         self.registry = CollectorRegistry()
+        self.worklogs = WorkerLogs(settings, self.registry)
         self.metrics = QueueMetrics(self.registry)
         self.plumbing = PlumbingMetrics(self.registry)
 

@@ -126,8 +126,8 @@ class Engine:
         self.outbox: Outbox | None = None
         self.last_put: asyncio.Future[None] | None = None
         self.runtimes = Runtimes()  # one per kind
-        self.worklogs = WorkerLogs(settings)
         self.registry = CollectorRegistry()
+        self.worklogs = WorkerLogs(settings, self.registry)
         self.metrics = WorkflowMetrics(self.registry)
         self.plumbing = PlumbingMetrics(self.registry)
         self._last_observe = 0

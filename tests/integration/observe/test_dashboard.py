@@ -13,8 +13,7 @@ from playwright.async_api import Page, async_playwright, expect
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host
 from tests.httpkit import WORKFLOW
-from tests.integration.observe.test_metrics import STEPS_JS
-from tests.integration.observe.test_worker_logs import PRINTER_JS
+from tests.integration.observe.kit import PRINTER_JS, STEPS_JS
 
 pytestmark = pytest.mark.integration
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -7,41 +7,13 @@ import uuid
 from collections.abc import Callable
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host
-from tests.httpkit import WORKFLOW, auth
+from tests.httpkit import WORKFLOW
+from tests.integration.observe.kit import STEPS_JS, Samples, scrape, total
 
 pytestmark = pytest.mark.integration
-
-STEPS_JS = """
-export default {};
-export class Flow {
-  async run(event, step) {
-    const one = await step.do("one", async () => ({ n: 1 }));
-    await step.sleep("nap", 0);
-    return one;
-  }
-}
-"""
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-async def scrape(api: Api, host: Host) -> Samples:
-    r = await api.c.get("/metrics", headers=auth(host.admin_token))
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(r.text)  # raises on anything not Prometheus text
-        for s in family.samples
-    }
-
-
-def total(samples: Samples, name: str, **labels: str) -> float:
-    want = set(labels.items())
-    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
 
 
 async def until_moved(api: Api, host: Host, checks: dict[str, Callable[[Samples], bool]], timeout: float = 60) -> None:

@@ -22,26 +22,9 @@ from sumi.core.records import WorkerLogged
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, new_space
 from tests.httpkit import WORKFLOW, auth
+from tests.integration.observe.kit import PRINTER_JS, scrape, total
 
 pytestmark = pytest.mark.integration
-
-PRINTER_JS = r"""
-const dec = new TextDecoder();
-export default {
-  async queue(batch, env) {
-    for (const m of batch.messages) {
-      const cmd = dec.decode(m.body);
-      if (cmd === 'throw') throw new Error('handler threw on purpose');
-      if (cmd.startsWith('flood:')) {
-        for (let i = 0; i < Number(cmd.slice(6)); i++) console.log('flood', i);
-        continue;
-      }
-      console.log('hello from', m.id);
-      console.warn('careful');
-    }
-  },
-};
-"""
 
 
 def logs_path(api: Api, worker: str) -> str:
@@ -202,6 +185,10 @@ async def test_a_flood_of_lines_is_bounded_and_its_drops_counted(api: Api, host:
     r = await api.c.get(logs_path(api, w), params={"level": "warn"}, headers=api.h)
     notices = [e for e in r.json()["items"] if "dropped" in e]
     assert notices and all("log lines dropped" in e["text"] for e in notices)
+    deadline = time.monotonic() + 30  # and /metrics counts them, by Space and worker
+    while total(await scrape(api, host), "sumi_worker_log_lines_dropped_total", space=api.space, worker=w) < told:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.5)
 
 
 def _backlog_drops(text: str) -> int:
