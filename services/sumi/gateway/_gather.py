@@ -28,6 +28,9 @@ class Gathered(Collector):
 
     def take(self, snapshot: MetricsSnapshot) -> None:
         self.latest[f"{snapshot.service}/{snapshot.instance}"] = snapshot
+        if len(self.latest) > 64:  # processes restart under new pids: forget the long gone
+            gone = snapshot.at - 10 * STALE_S * 1000
+            self.latest = {k: v for k, v in self.latest.items() if v.at >= gone}
 
     def collect(self) -> Iterator[Metric]:
         merged: dict[str, Metric] = {}
