@@ -16,6 +16,7 @@ import fcntl
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sumi._signals import Stopped, StopSignals
 from sumi.core.config import Settings
@@ -23,6 +24,9 @@ from sumi.infra import KafkaBroker, KafkaCluster, PostgresServer
 from sumi.infra._ports import port_taken
 
 Part = KafkaBroker | KafkaCluster | PostgresServer
+
+if TYPE_CHECKING:
+    from sumi._uplogs import HostLogPrinter
 
 
 class HostRunning(Exception):
@@ -71,7 +75,7 @@ def say(line: str) -> None:
         pass
 
 
-def up() -> int:
+def up(logs: bool = False) -> int:
     signals = StopSignals().install()
     started = time.monotonic()
     state = Path(Settings.from_env().state_dir).resolve()
@@ -81,7 +85,7 @@ def up() -> int:
         say(f"sumi: a Host is already running on {state} (pid {e.pid}); stop it first or set SUMI_STATE_DIR")
         return 1
     try:
-        return _up(state, signals, started)
+        return _up(state, signals, started, logs)
     except Stopped:
         return 0
     finally:
@@ -110,7 +114,7 @@ def _ports(brokers: int) -> dict[str, int] | str:
     return ports
 
 
-def _up(state: Path, signals: StopSignals, started: float) -> int:
+def _up(state: Path, signals: StopSignals, started: float, logs: bool = False) -> int:
     from sumi._bootstrap import admin_token, issue_admin_token, prepare
     from sumi.supervisor import Supervisor
 
@@ -147,7 +151,10 @@ def _up(state: Path, signals: StopSignals, started: float) -> int:
         say(f"sumi: ready in {time.monotonic() - started:.1f}s at {supervisor.url}")
         say(f"sumi: admin token {token}" + (" (new; also written to the token file)" if new else ""))
         say("sumi: Ctrl-C stops everything")
+        printer = _print_logs(settings) if logs else None
         signals.wait()
+        if printer is not None:
+            printer.stop()
     except (RuntimeError, TimeoutError) as e:
         say(f"sumi: {e}")
         return 1
@@ -174,6 +181,12 @@ def _kafka(state: Path, port: int, brokers: int) -> KafkaBroker | KafkaCluster:
     if brokers == 1:
         return KafkaBroker(state / "kafka", port=port)
     return KafkaCluster(state / "kafka-cluster", ports=range(port, port + brokers), size=brokers)
+
+
+def _print_logs(settings: Settings) -> "HostLogPrinter":
+    from sumi._uplogs import HostLogPrinter
+
+    return HostLogPrinter(settings).start()
 
 
 def _launch(parts: list[Part], part: Part, what: str) -> None:

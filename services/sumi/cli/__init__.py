@@ -2,12 +2,12 @@
 
 import argparse
 import asyncio
-import logging
 import signal
 import sys
 from pathlib import Path
 
 from sumi.core.config import Settings
+from sumi.core.logs import configure as configure_logs
 from sumi.services import SERVICE_ENTRIES
 
 
@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
         defaults, refused = Settings(kafka_bootstrap="", database_url=""), e
     parser = argparse.ArgumentParser(prog="sumi")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("up", help="start Kafka, Postgres and every service; Ctrl-C stops them all")
+    up = sub.add_parser("up", help="start Kafka, Postgres and every service; Ctrl-C stops them all")
+    up.add_argument("--logs", action="store_true", help="print every worker's log lines as they come")
     serve = sub.add_parser("serve", help="run one service in the foreground")
     serve.add_argument("service", choices=list(SERVICE_ENTRIES))
     deploy = sub.add_parser(
@@ -35,18 +36,25 @@ def main(argv: list[str] | None = None) -> int:
         "bootstrap",
         help="create topics and read models and issue the admin token (what `up` does first; for compose and clusters)",
     )
+    from sumi.cli.logs import add_arguments as logs_arguments
+
+    logs_arguments(sub.add_parser("logs", help="print a worker's log lines; --follow keeps printing them"))
     replay = sub.add_parser(
         "replay", help="rebuild the read models from the topics into a fresh schema and compare them with the live one"
     )
     replay.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=defaults.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logs(defaults.log_format, defaults.log_level)
+    if args.command == "logs":
+        from sumi.cli.logs import logs
+
+        return logs(args)
     if args.command != "deploy" and refused is not None:
         # A Host refuses settings it could not serve conformantly, before anything starts.
         print(f"sumi: {refused}", file=sys.stderr)
         return 2
     if args.command == "up":
-        return _up()
+        return _up(args.logs)
     if args.command == "serve":
         return _serve(args.service)
     if args.command == "bootstrap":
@@ -86,7 +94,16 @@ def _serve(service: str) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _exit_quietly)
         signal.signal(signal.SIGHUP, lambda s, f: signal.raise_signal(signal.SIGTERM))
-        uvicorn.run(create_app(settings), host=settings.http_host, port=settings.http_port, log_level="warning")
+        # JSON lines: uvicorn's own loggers then go through the root handler (sumi.core.logs) too.
+        from uvicorn.config import LOGGING_CONFIG
+
+        uvicorn.run(
+            create_app(settings),
+            host=settings.http_host,
+            port=settings.http_port,
+            log_level="warning",
+            log_config=None if settings.log_format == "json" else LOGGING_CONFIG,
+        )
         return 0
     from sumi._bootstrap import prepare
 
@@ -113,7 +130,7 @@ def _bootstrap_only() -> int:
     return 0
 
 
-def _up() -> int:
+def _up(logs: bool = False) -> int:
     from sumi._up import up
 
-    return up()
+    return up(logs)

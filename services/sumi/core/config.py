@@ -62,8 +62,11 @@ class Settings:
     # `sumi deploy`, a client of a Host: where the Host answers and the token it sends.
     deploy_url: str = "http://127.0.0.1:8080"
     deploy_token: str = field(default="", repr=False)
+    log_format: str = "text"  # the Host's own log: text, or json (one object per line; sumi.core.logs)
 
     def __post_init__(self) -> None:
+        if self.log_format not in ("text", "json"):
+            raise SettingsError(f"SUMI_LOG_FORMAT={self.log_format!r} is neither text nor json")
         if self.workflow_retention_seconds < MIN_WORKFLOW_RETENTION_SECONDS and not self.nonconformant_test_settings:
             raise SettingsError(
                 f"SUMI_WORKFLOW_RETENTION_SECONDS={self.workflow_retention_seconds} is under the minimum of "
@@ -116,6 +119,7 @@ class Settings:
             "admin_token_file": env.get("SUMI_ADMIN_TOKEN_FILE", ""),
             "deploy_url": env.get("SUMI_URL", "http://127.0.0.1:8080"),
             "deploy_token": env.get("SUMI_TOKEN", ""),
+            "log_format": env.get("SUMI_LOG_FORMAT") or "text",
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
@@ -157,6 +161,7 @@ class Settings:
             "SUMI_NONCONFORMANT_TEST_SETTINGS": "1" if self.nonconformant_test_settings else "",
             "SUMI_CACHE_DIR": self.cache_dir,
             "SUMI_LOG_LEVEL": self.log_level,
+            "SUMI_LOG_FORMAT": self.log_format,
         }
 
 

@@ -11,6 +11,7 @@ from input.
 
 from typing import Any
 
+from sumi.control.forms.names import MODULE_WORKER
 from sumi.gateway._backend import Backend, Row
 
 RESOURCE_COLUMNS = "uid, space, name, form, generation, state, spec, observed, output, created_at, updated_at"
@@ -100,6 +101,11 @@ async def queue(db: Backend, space: str, form: str, ref: str) -> Row | None:
         f"SELECT uid, state FROM resources WHERE space = %s AND form = %s AND {_ref_column(ref)} = %s",
         (space, form, ref),
     )
+
+
+async def worker(db: Backend, space: str, ref: str) -> Row | None:
+    """uid, state of the Space's ModuleWorker by UID or name."""
+    return await queue(db, space, MODULE_WORKER, ref)
 
 
 async def known_messages(db: Backend, message_ids: list[str]) -> set[str]:
@@ -206,3 +212,22 @@ async def projections_status(db: Backend) -> Row:
 async def quarantine_counts(db: Backend) -> list[Row]:
     """Records set aside, per processor, source topic and reason (for /metrics)."""
     return await db.fetchall("SELECT processor, source_topic, reason, count(*) AS n FROM quarantined GROUP BY 1, 2, 3")
+
+
+# ---- Operation durations -------------------------------------------------------------------
+
+OPERATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)  # seconds (for /metrics)
+
+
+async def operation_durations(db: Backend) -> list[Row]:
+    """Ended Operations per Space, kind and state: their count, total seconds, and how many
+    took at most each of OPERATION_BUCKETS (`le_0` … in order)."""
+    buckets = ", ".join(
+        f"count(*) FILTER (WHERE updated_at - created_at <= make_interval(secs => {b})) AS le_{i}"
+        for i, b in enumerate(OPERATION_BUCKETS)
+    )
+    return await db.fetchall(
+        f"SELECT space, kind, state, count(*) AS n, "  # noqa: S608 (constant text, no input)
+        f"coalesce(sum(extract(epoch FROM updated_at - created_at)), 0)::float8 AS seconds, {buckets} "
+        "FROM operations WHERE state IN ('succeeded', 'failed') GROUP BY 1, 2, 3"
+    )

@@ -200,6 +200,22 @@ SCHEMAS: dict[str, Any] = {
         ["items"],
     ),
     "Status": {"type": "object", "properties": {"status": {"type": "string"}}},
+    "LogLine": obj(
+        {
+            "at": TIME,
+            "level": {"enum": ["debug", "info", "warn", "error"]},
+            "text": {"type": "string"},
+            "worker": {"type": "string"},
+            "version": {"type": "string"},
+            "resource": {"type": "string", "description": "the QueueConsumer or DurableWorkflow that invoked it"},
+            "batchId": {"type": "string"},
+            "instanceId": {"type": "string"},
+            "step": {"type": "string"},
+            "dropped": {"type": "integer", "minimum": 1, "description": "this line says that many were dropped"},
+        },
+        ["at", "level", "text", "worker", "version", "resource"],
+    ),
+    "LogPage": obj({"items": {"type": "array", "items": ref("LogLine")}}, ["items"]),
 }
 
 
@@ -494,6 +510,24 @@ PATHS: dict[str, dict[str, Any]] = {
             "backend_unavailable",
             params=[SPACE, WORKFLOW, INSTANCE],
         ),
+    },
+    "/v2/spaces/{space}/workers/{worker}/logs": {
+        "get": operation(
+            "A worker's log: what it printed and its uncaught errors; follow=true streams them",
+            answer(200, "LogPage", "the last `limit` lines (follow=true: a text/event-stream of `log` events)"),
+            "invalid_request",
+            "not_found",
+            "backend_unavailable",
+            params=[
+                SPACE,
+                param("worker", "path", {"type": "string"}, description="ModuleWorker UID or name"),
+                param("instance", "query", INSTANCE_ID, description="only this workflow instance's lines"),
+                param("level", "query", {"enum": ["debug", "info", "warn", "error"]}, description="and above"),
+                param("since", "query", TIME, description="from this time (RFC 3339)"),
+                param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
+                param("follow", "query", {"type": "boolean", "default": False}, description="Server-Sent Events"),
+            ],
+        )
     },
     "/healthz": {"get": operation("Liveness", answer(200, "Status", "alive"), public=True)},
     "/readyz": {
