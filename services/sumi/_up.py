@@ -8,6 +8,8 @@ The order of things is the point of this module:
   error, never a "ready" against someone else's gateway;
 - every child holds a lifeline to this process (sumi._lifeline), so whatever kills
   `up` kills them too;
+- the broker and the database it launched are the supervisor's to watch and restart
+  once everything has started, and stay this module's to stop;
 - stop in order: gateway, processors (the supervisor), then database and broker.
 """
 
@@ -137,7 +139,7 @@ def _up(state: Path, signals: StopSignals, started: float) -> int:
             os.environ.get("SUMI_ADMIN_TOKEN"),
             Path(os.environ.get("SUMI_ADMIN_TOKEN_FILE", state / "admin-token")),
         )
-        supervisor = Supervisor(settings, env)
+        supervisor = Supervisor(settings, env, parts=parts)  # watched and restarted like the services
         supervisor.start()
         asyncio.run(issue_admin_token(settings, token))
         supervisor.wait_ready()

@@ -336,6 +336,7 @@ PATHS: dict[str, dict[str, Any]] = {
             "Revoke every token of a principal (admin)",
             answer(204, None, "revoked"),
             "forbidden",
+            "not_found",
             "backend_unavailable",
             params=[param("principal", "path", NAME)],
         ),

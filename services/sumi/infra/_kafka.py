@@ -16,6 +16,7 @@ from xml.etree import ElementTree
 from sumi._lifeline import STOP_GRACE, watchdog_argv
 from sumi.infra._cache import cache_dir
 from sumi.infra._ports import free_port, wait_for_port
+from sumi.infra._probe import kafka_answers
 from sumi.infra._watched import Watched
 
 HERE = Path(__file__).parent / "kafka"
@@ -138,6 +139,9 @@ class KafkaBroker(Watched):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def healthy(self) -> bool:
+        return kafka_answers(self.port)
 
     def wait_started(self, timeout: float = 90.0) -> "KafkaBroker":
         wait_for_port(self.port, timeout, alive=lambda: self._proc is not None and self._proc.poll() is None)

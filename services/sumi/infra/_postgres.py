@@ -20,6 +20,7 @@ from pathlib import Path
 
 from sumi._lifeline import STOP_GRACE, watchdog_argv
 from sumi.infra._ports import free_port, wait_for_port
+from sumi.infra._probe import postgres_answers
 from sumi.infra._watched import Watched
 
 PG_USER = "embedded_postgres"
@@ -138,6 +139,9 @@ class PostgresServer(Watched):
         )
         shutil.rmtree(self.pgdata, ignore_errors=True)  # no PG_VERSION: not a cluster, at most a stale half
         partial.rename(self.pgdata)
+
+    def healthy(self) -> bool:
+        return postgres_answers(self.url)
 
     def wait_started(self, timeout: float = 60.0) -> "PostgresServer":
         wait_for_port(self.port, timeout, alive=lambda: self._proc is not None and self._proc.poll() is None)
