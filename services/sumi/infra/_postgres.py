@@ -74,11 +74,18 @@ def _open_path_to(path: Path) -> None:
 
 
 class PostgresServer(Watched):
-    """`url` is a libpq URL for the `postgres` database of a trust-auth server."""
+    """`url` is a libpq URL for the `postgres` database of a trust-auth server.
 
-    def __init__(self, data_dir: Path | None = None, port: int | None = None) -> None:
+    `durable` (the default for a named data directory, such as `sumi up`'s) keeps PostgreSQL's
+    own fsync and synchronous commit: a commit survives a power cut, and a crash never leaves a
+    corrupt cluster. A scratch server (no data directory: the tests') is removed when it stops,
+    so it runs without them: a power cut loses it either way.
+    """
+
+    def __init__(self, data_dir: Path | None = None, port: int | None = None, durable: bool | None = None) -> None:
         self.base_dir = data_dir or Path(tempfile.mkdtemp(prefix="sumi-pg-"))
         self._scratch = None if data_dir is not None else self.base_dir
+        self.durable = data_dir is not None if durable is None else durable
         self.pgdata = self.base_dir / "pgdata"
         self.port = port or free_port()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
@@ -109,11 +116,8 @@ class PostgresServer(Watched):
                 "-k",
                 str(self.base_dir),
                 "-c",
-                "fsync=off",
-                "-c",
                 "max_connections=200",
-                "-c",
-                "synchronous_commit=off",
+                *([] if self.durable else ["-c", "fsync=off", "-c", "synchronous_commit=off"]),
             ]
             # Under a watchdog holding a lifeline to us; SIGINT is PostgreSQL's "fast" shutdown.
             self._proc = subprocess.Popen(
@@ -130,7 +134,8 @@ class PostgresServer(Watched):
         partial = self.base_dir / "pgdata.partial"
         shutil.rmtree(partial, ignore_errors=True)
         subprocess.run(
-            [_bin("initdb"), "-D", str(partial), "--auth=trust", "--encoding=utf8", "-U", "postgres", "--no-sync"],
+            [_bin("initdb"), "-D", str(partial), "--auth=trust", "--encoding=utf8", "-U", "postgres"]
+            + ([] if self.durable else ["--no-sync"]),
             check=True,
             stdout=subprocess.DEVNULL,
             cwd=self.base_dir,
