@@ -14,6 +14,7 @@ NAME = {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}
 TIME = {"type": "string", "format": "date-time"}
 INSTANCE_ID = {"type": "string", "minLength": 1, "maxLength": 256, "description": "1..256 Unicode scalar values"}
 INSTANCE_STATUS = {"enum": ["queued", "running", "sleeping", "waiting", "complete", "errored", "terminated"]}
+BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"  # standard, padded
 DOC_SCHEMA = {
     "type": "object",
     "description": "a document (DOC-1..6): at most 1024 root properties, 1 MiB canonical (RFC 8785), objects "
@@ -115,7 +116,7 @@ SCHEMAS: dict[str, Any] = {
                 "maxItems": 100,
                 "items": obj(
                     {
-                        "body": {"type": "string", "contentEncoding": "base64"},
+                        "body": {"type": "string", "contentEncoding": "base64", "pattern": BASE64},
                         "delaySeconds": {"type": "integer", "minimum": 0, "maximum": 43200},
                     },
                     ["body"],
