@@ -14,7 +14,7 @@ STABLE = 60.0  # seconds up after which a failure is news again, not one more of
 
 def delay(failures: int, first: float = FIRST, cap: float = CAP) -> float:
     """The wait before the restart that follows `failures` failures in a row (0: the first)."""
-    return min(cap, first * 2 ** min(failures, 32))
+    return min(cap, first * float(2 ** min(failures, 32)))
 
 
 @dataclass

@@ -9,6 +9,7 @@ import asyncio
 import re
 import uuid
 from dataclasses import dataclass
+
 import httpx
 import pytest
 
