@@ -205,12 +205,20 @@ SCHEMAS: dict[str, Any] = {
 }
 
 
+# Every 429 and 503 says when to come back (sumi.gateway._admission).
+RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "required": True, "description": "seconds"}}
+
+
 def problems(*codes: str) -> dict[str, Any]:
     by_status: dict[str, list[str]] = {}
     for code in codes:
         by_status.setdefault(str(STATUS[code]), []).append(code)
     return {
-        status: {"description": " | ".join(cs), "content": {PROBLEM: {"schema": ref("Problem")}}}
+        status: {
+            "description": " | ".join(cs),
+            "content": {PROBLEM: {"schema": ref("Problem")}},
+            **({"headers": RETRY_AFTER} if status in ("429", "503") else {}),
+        }
         for status, cs in by_status.items()
     }
 
@@ -247,7 +255,11 @@ def operation(
     op: dict[str, Any] = {
         "summary": summary,
         "parameters": params or [],
-        "responses": {**responses, **problems(*errors, *(() if public else ("unauthenticated",)))},
+        # Any API request may be turned away while the gateway is full (sumi.gateway._admission).
+        "responses": {
+            **responses,
+            **problems(*dict.fromkeys([*errors, *(() if public else ("unauthenticated", "backend_unavailable"))])),
+        },
     }
     if body:
         op["requestBody"] = {"required": True, "content": {JSON: {"schema": ref(body)}}}
