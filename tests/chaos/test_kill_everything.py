@@ -71,6 +71,7 @@ def test_parts_killed_come_back_and_a_kill_of_everything_then_up_loses_nothing_a
             healed = send_until_accepted(http, queue, healed)
             wait_ready_count(http, queue, healed)
     out = host.output()
+    assert out.count(token) == 1, "the admin token is printed once, at the start, and logged nowhere else"
     print(f"restarts: {restart_counts(out)}")
     # Backoff, not a restart loop: two outages of some seconds each allow a few tries, never dozens.
     assert all(n <= 8 for n in restart_counts(out).values()), out
