@@ -43,6 +43,7 @@ class Keys:
     async def close(self) -> None:
         if self.consumer is not None:
             await self.consumer.stop()
+            self.consumer = None  # a projection run again after an outage opens a fresh one
 
     async def _catch_up(self, wanted: set[str]) -> None:
         deadline = time.monotonic() + WAIT_S

@@ -8,6 +8,8 @@ The order of things is the point of this module:
   error, never a "ready" against someone else's gateway;
 - every child holds a lifeline to this process (sumi._lifeline), so whatever kills
   `up` kills them too;
+- the broker and the database it launched are the supervisor's to watch and restart
+  once everything has started, and stay this module's to stop;
 - stop in order: gateway, processors (the supervisor), then database and broker.
 """
 
@@ -144,7 +146,9 @@ def _up(state: Path, signals: StopSignals, started: float, logs: bool = False) -
         token, new = admin_token(
             settings, settings.admin_token or None, Path(settings.admin_token_file or state / "admin-token")
         )
-        supervisor = Supervisor(settings, env)
+        # Watched and restarted like the services; a cluster's brokers each on their own.
+        watched = [b for part in parts for b in (part.brokers if isinstance(part, KafkaCluster) else [part])]
+        supervisor = Supervisor(settings, env, parts=watched)
         supervisor.start()
         asyncio.run(issue_admin_token(settings, token))
         supervisor.wait_ready()

@@ -16,6 +16,7 @@ from starlette.staticfiles import StaticFiles
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
 from sumi.gateway import _logs, _operations, _queues, _resources, _service, _spaces, _tokens, _workflows
+from sumi.gateway._admission import Admission
 from sumi.gateway._backend import Backend
 from sumi.gateway._metrics import Metrics, MetricsMiddleware
 from sumi.gateway._problems import CatchAll, on_http_exception, on_problem
@@ -64,6 +65,7 @@ def create_app(settings: Settings) -> Starlette:
         routes=routes(),
         middleware=[
             Middleware(MetricsMiddleware, metrics=metrics),
+            Middleware(Admission),
             Middleware(CatchAll),
             Middleware(_workflows.InstancePaths),
         ],
