@@ -54,6 +54,12 @@ async def send_messages(request: Request) -> Response:
     db = backend(request)
     # A replay re-derives the same IDs; whatever the projection already holds was appended.
     # Without a key the IDs are fresh ULIDs: nothing can hold them yet, so nothing to look up.
+    # With one, what this gateway appended to the queue is first read back (it may be this
+    # request's first try, answered a moment ago): a replay after a 202 appends nothing new.
+    # A replay after a 503 whose first try's append is still on its way can append the IDs
+    # again; the engine and the projection take each ID once (docs/decisions.md).
+    if key:
+        await _read_your_writes(db, queue["uid"])
     known = await reads.known_messages(db, ids) if key else set()
     todo = [(mid, m) for mid, m in zip(ids, messages, strict=True) if mid not in known]
     if todo:
