@@ -61,7 +61,7 @@ class TransactionalRunner:
 
     async def run(self) -> None:
         kafka.shorten_txn_retry()  # a command's decision waits on this processor's commit
-        producer = kafka.new_producer(self.settings, self.transactional_id, linger_ms=1)
+        producer = kafka.new_producer(self.settings, self.transactional_id, linger_ms=0)
         consumer = kafka.new_consumer(
             self.settings,
             self.group,
