@@ -137,7 +137,7 @@ async def sumi_run(flows: Flows, ends: Ends, n: int, concurrency: int) -> dict[s
             if body["status"] == "complete":
                 break
             assert body["status"] not in ("errored", "terminated"), body
-            await asyncio.sleep(0.002)
+            await asyncio.sleep(0.01)
         to_complete.append((time.perf_counter() - t0) * 1000)
         if iid in ends.appended and iid in ends.decided:
             appended, (sent, readable) = ends.appended[iid], ends.decided[iid]
