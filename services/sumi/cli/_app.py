@@ -5,8 +5,10 @@ import os
 import sys
 from typing import Annotated
 
-import click
 import typer
+
+# Typer carries its own Click; its exceptions are the ones raised.
+from typer._click.exceptions import ClickException, UsageError
 
 from sumi.cli import _admin_cmds, _audit_cmds, _data_cmds, _host_cmds, _resource_cmds
 from sumi.cli._errors import USAGE, CliError
@@ -33,7 +35,7 @@ def _globals(
     output: Annotated[str, typer.Option("--output", "-o", help="table, json or yaml")] = "table",
 ) -> None:
     if output not in FORMATS:
-        raise click.BadParameter(f"{output!r} is not one of {', '.join(FORMATS)}", param_hint="--output")
+        raise typer.BadParameter(f"{output!r} is not one of {', '.join(FORMATS)}", param_hint="--output")
     ctx.obj = Globals(url, token, space, context, output)
 
 
@@ -55,11 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as e:
         problem(e, fmt)
         return e.code
-    except click.exceptions.Abort:
+    except typer.Abort:
         return 130
-    except click.ClickException as e:
+    except ClickException as e:
         e.show()
-        return USAGE if isinstance(e, click.UsageError) else e.exit_code
+        return USAGE if isinstance(e, UsageError) else e.exit_code
     return result if isinstance(result, int) else 0
 
 

@@ -22,4 +22,13 @@ from sumi.testing._host import Host, new_settings, running_host, start_host
 from sumi.testing._infra import database_url, kafka_bootstrap
 from sumi.testing._space import Space, new_space
 
-__all__ = ["Host", "Space", "database_url", "kafka_bootstrap", "new_settings", "new_space", "running_host", "start_host"]
+__all__ = [
+    "Host",
+    "Space",
+    "database_url",
+    "kafka_bootstrap",
+    "new_settings",
+    "new_space",
+    "running_host",
+    "start_host",
+]

@@ -80,7 +80,9 @@ class Space:
         path = f"{self._instances(workflow)}/{quote(id, safe='')}/history"
         return list(self.client.ask("GET", path, "reading history", 200)["items"])
 
-    def wait_instance(self, workflow: str, id: str, status: str | tuple[str, ...] = TERMINAL, timeout: float = 60.0) -> Any:
+    def wait_instance(
+        self, workflow: str, id: str, status: str | tuple[str, ...] = TERMINAL, timeout: float = 60.0
+    ) -> Any:
         """The instance once its status is STATUS (by default: any terminal one)."""
         wanted = (status,) if isinstance(status, str) else status
         return wait_for(lambda: self.instance(workflow, id), lambda i: i["status"] in wanted, timeout)
