@@ -44,6 +44,3 @@ def test_the_tour_ends_with_the_workflow_output(
         assert "complete" in outputs[-1] and "approvedBy" in outputs[-1] and '"me"' in outputs[-1], outputs[-1]
         stats = cli.json("queue", "stats", "orders")
         assert stats["acknowledged"] == 1, stats
-
-
-
