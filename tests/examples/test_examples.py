@@ -18,7 +18,7 @@ def test_queue_consumer_acknowledges_and_dead_letters(sumi_space: Space, example
     outcomes = sumi_space.apply(EXAMPLES / example / "sumi.yaml")
     assert [o["outcome"] for o in outcomes] == ["created", "created", "created", "created"], outcomes
     sumi_space.send(f"{prefix}orders", "ok:1", "fail:2")
-    stats = sumi_space.wait_stats(f"{prefix}orders", acknowledged=1, deadLettered=1)
+    stats = sumi_space.wait_stats(f"{prefix}orders", acknowledged=1, deadLettered=1, inFlight=0)
     assert stats["retried"] == 2 and stats["ready"] == 0 and stats["inFlight"] == 0, stats
     [dead] = sumi_space.peek(f"{prefix}orders-dead", includeBody="true")
     assert dead["body"] == "ZmFpbDoy"  # "fail:2", its body kept

@@ -56,8 +56,8 @@ class Space:
         return list(self.client.ask("GET", path, "peeking", 200, params=params)["items"])
 
     def wait_stats(self, queue: str, timeout: float = 60.0, **counts: int) -> dict[str, Any]:
-        """The queue's stats once every named count has reached its value (e.g. acknowledged=1)."""
-        return wait_for(lambda: self.stats(queue), lambda s: all(s[k] >= v for k, v in counts.items()), timeout)
+        """The queue's stats once every named count is exactly its value (e.g. acknowledged=1, inFlight=0)."""
+        return wait_for(lambda: self.stats(queue), lambda s: all(s[k] == v for k, v in counts.items()), timeout)
 
     # ---- workflow instances ------------------------------------------------------------------
 
