@@ -20,7 +20,7 @@ def test_orders(sumi_space):
 
 from sumi.testing._host import Host, new_settings, running_host, start_host
 from sumi.testing._infra import database_url, kafka_bootstrap
-from sumi.testing._space import Space, new_space
+from sumi.testing._space import Space, new_space, wait_for
 
 __all__ = [
     "Host",
@@ -31,4 +31,5 @@ __all__ = [
     "new_space",
     "running_host",
     "start_host",
+    "wait_for",
 ]

@@ -1,41 +1,25 @@
-"""The `sumi` CLI as a script runs it: a subprocess against the real Host, a profile of its own."""
+"""The `sumi` CLI against the real Host: every verb in-process (main(argv), tests.integration.cli.clikit),
+and the installed entry point once as a subprocess, the way a script runs it."""
 
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.hostkit import Host, SpaceFixture
+from tests.integration.cli.clikit import Cli
 
 pytestmark = pytest.mark.integration
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
-class Cli:
-    def __init__(self, host: Host, home: Path) -> None:
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SUMI_")}
-        # Never the real user's profile; the Host's own settings for replay and audit.
-        self.env.update(host.settings.to_env(), HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
-
-    def __call__(self, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "sumi.cli", *args], capture_output=True, text=True, timeout=240, env=self.env
-        )
-        assert done.returncode == code, (args, done.returncode, done.stdout, done.stderr)
-        return done
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self(*args, "-o", "json").stdout)
-
-
 @pytest.fixture
-def cli(host: Host, tmp_path: Path) -> Cli:
-    return Cli(host, tmp_path)
+def cli(host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    return Cli(host, tmp_path, monkeypatch)
 
 
 def test_apply_get_instances_audit_delete(cli: Cli, host: Host, space: SpaceFixture) -> None:
@@ -116,3 +100,15 @@ def test_exit_codes_by_kind(cli: Cli, host: Host, space: SpaceFixture) -> None:
     assert "no token" in cli("--url", host.url, "list", code=2).stderr
     cli("frobnicate", code=2)
     assert "Usage" in cli("queue", "--help").stdout
+
+
+def test_the_installed_entry_point(host: Host, space: SpaceFixture, tmp_path: Path) -> None:
+    # DOC-1 (the one `sumi` command), QC-14: its exit code and its one line reach the calling shell
+    sumi = Path(sys.executable).parent / "sumi"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUMI_")}
+    env.update(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / ".config"))
+    argv = [str(sumi), "--url", host.url, "--token", host.admin_token, "--space", space.name]
+    done = subprocess.run([*argv, "get", "queue", "nothing-here"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 3 and done.stderr.startswith("sumi: ") and ": not_found: " in done.stderr, done
+    helped = subprocess.run([str(sumi), "queue", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert helped.returncode == 0 and "Usage" in helped.stdout and "send" in helped.stdout, helped

@@ -8,7 +8,7 @@ import pytest
 
 from sumi.cli import _profile
 from tests.hostkit import new_settings, running_host
-from tests.integration.cli.test_cli import Cli
+from tests.integration.cli.clikit import Cli
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def test_the_tour_ends_with_the_workflow_output(
     commands = tour()
     assert len(re.findall(r"^sumi ", "\n".join(" ".join(c) for c in commands), re.M)) <= 9
     with running_host(new_settings(kafka_bootstrap, database_url)) as host:
-        cli = Cli(host, tmp_path)
+        cli = Cli(host, tmp_path, monkeypatch)
         # What `sumi up` writes: the local context, its URL and its token file.
         (tmp_path / "admin-token").write_text(host.admin_token + "\n")
         monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / ".config"))
