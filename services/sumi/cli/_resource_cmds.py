@@ -1,12 +1,15 @@
 """`sumi apply -f`, `get`, `list`, `delete`, `deploy`: Resources of a Space."""
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from sumi.cli import _apply
+from sumi.cli import _apply, _check
 from sumi.cli import deploy as _deploy
+from sumi.cli._client import Host
+from sumi.cli._errors import FAILED
 from sumi.cli._kinds import KINDS, kind, of_form
 from sumi.cli._output import note, show
 from sumi.cli._state import globals_of
@@ -72,8 +75,27 @@ def deploy(
     directory: Annotated[Path, typer.Argument(help="the worker's modules (and optional sumi.json)")],
     worker: Annotated[str, typer.Option(help="the ModuleWorker's name")],
     main: Annotated[str | None, typer.Option(help="the main module (default: worker.js / worker.py)")] = None,
-) -> None:
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="deploy nothing: replay every live instance of the worker's workflows against this code"
+            " (no effects) and list those that would fail with step_definition_mismatch",
+        ),
+    ] = False,
+) -> int:
     g = globals_of(ctx)
     with g.host() as host:
+        if check:
+            return _check_only(directory, worker, host, main, g.output)
         uid = _deploy.run(directory, worker, host, main)
     print(uid, flush=True)
+    return 0
+
+
+def _check_only(directory: Path, worker: str, host: Host, main: str | None, fmt: str) -> int:
+    findings = _check.check(directory, worker, host, main)
+    show([dataclasses.asdict(f) for f in findings], fmt, ("workflow", "instance", "outcome", "message"))
+    failing = [f for f in findings if f.fails]
+    note(f"deploy --check: {len(findings)} live instances replayed, {len(failing)} would fail")
+    return FAILED if failing else 0
