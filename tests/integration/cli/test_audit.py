@@ -85,13 +85,13 @@ def workload(kafka_bootstrap: str, database_url: str, tmp_path_factory: pytest.T
 
 
 def test_replay_after_a_mixed_workload_is_identical(workload: Workload) -> None:
-    # QC-46 (the topics are the truth: the read models rebuild from them), WF-12
+    # QC-43 (state recovered from the records alone), QC-48, WF-36
     out = workload.cli("replay").stdout
     assert out.splitlines()[-1] == "replay: identical; 0 records quarantined", out
 
 
 def test_replay_until_reproduces_the_state_at_that_moment(workload: Workload) -> None:
-    # QC-46, WF-12: the read models at T, exactly, in a schema of their own; the live one untouched
+    # QC-43, QC-48: the read models at T, exactly, in a schema of their own; the live one untouched
     host, schema = workload.host, f"audit_{uuid.uuid4().hex[:8]}"
     live_before = tables(host, host.settings.db_schema)
     try:
@@ -123,7 +123,7 @@ def test_audit_of_a_message_through_retries_into_the_dead_letter_queue(workload:
 
 
 def test_audit_of_an_instance_through_steps_a_retry_a_sleep_and_an_event(workload: Workload) -> None:
-    # WF-36 (steps), WF-43 (waitForEvent), WF-12
+    # WF-36 (steps), WF-43 (waitForEvent), WF-23 (sendEvent)
     out = workload.cli("audit", "w-1", "--workflow", workload.workflow, "-o", "json").stdout
     types = [c["type"] for c in map(json.loads, out.splitlines()) if c["topic"].endswith(".workflow")]
     history = [h["type"] for h in workload.cli.json("instances", "history", "order-js", "w-1")]

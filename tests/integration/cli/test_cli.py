@@ -103,7 +103,7 @@ def test_exit_codes_by_kind(cli: Cli, host: Host, space: SpaceFixture) -> None:
 
 
 def test_the_installed_entry_point(host: Host, space: SpaceFixture, tmp_path: Path) -> None:
-    # DOC-1 (the one `sumi` command), QC-14: its exit code and its one line reach the calling shell
+    # QC-14 (not in the Space: not_found): the installed entry point's exit code and line reach the shell
     sumi = Path(sys.executable).parent / "sumi"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUMI_")}
     env.update(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / ".config"))
