@@ -23,11 +23,12 @@ class Done:
 
 
 class Cli:
-    def __init__(self, host: Host, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        # Never the real user's profile; the Host's own settings for replay and audit.
+    def __init__(self, host: Host | None, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        # Never the real user's profile; the Host's own settings for replay and audit (none: a Host
+        # known by the profile alone, as a user's after `sumi up`).
         for name in [n for n in os.environ if n.startswith("SUMI_")]:
             monkeypatch.delenv(name)
-        for name, value in host.settings.to_env().items():
+        for name, value in (host.settings.to_env() if host else {}).items():
             monkeypatch.setenv(name, value)
         monkeypatch.setenv("HOME", str(home))
         monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
