@@ -137,16 +137,7 @@ async def _replay_all(
 
 def _live(api: Api, workflow_uid: str) -> list[dict[str, Any]]:
     path = f"{api.base()}/workflows/{quote(workflow_uid, safe='')}/instances"
-    out: list[dict[str, Any]] = []
-    for status in LIVE:
-        params: dict[str, Any] = {"limit": 100, "status": status}
-        while True:
-            page = api.ask("GET", path, "listing instances", 200, params=params)
-            out += page["items"]
-            if not page.get("nextCursor"):
-                break
-            params["cursor"] = page["nextCursor"]
-    return out
+    return [i for status in LIVE for i in api.pages(path, "listing instances", {"status": status})]
 
 
 def _history(api: Api, workflow_uid: str, instance_id: str) -> list[dict[str, Any]]:

@@ -74,15 +74,20 @@ class Host:
     def base(self, space: str | None = None) -> str:
         return f"/v2/spaces/{quote(space or self.space, safe='')}"
 
-    def resources(self, form: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
+    def pages(self, path: str, what: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every item of a paged list (`items`, `nextCursor`), 100 a page."""
         items: list[dict[str, Any]] = []
-        params: dict[str, Any] = {"limit": 100, **({"form": form} if form else {}), **({"name": name} if name else {})}
+        params = {"limit": 100, **params}
         while True:
-            page = self.ask("GET", f"{self.base()}/resources", f"listing the Space {self.space}", 200, params=params)
+            page = self.ask("GET", path, what, 200, params=params)
             items += page["items"]
             if not page.get("nextCursor"):
                 return items
             params["cursor"] = page["nextCursor"]
+
+    def resources(self, form: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
+        params = {**({"form": form} if form else {}), **({"name": name} if name else {})}
+        return self.pages(f"{self.base()}/resources", f"listing the Space {self.space}", params)
 
     def one(self, form: str | None, name: str) -> dict[str, Any] | None:
         found = [r for r in self.resources(form, name) if r["name"] == name]

@@ -144,15 +144,8 @@ def list_(
     status: Annotated[str | None, typer.Option(help="only instances of this status")] = None,
 ) -> None:
     g = globals_of(ctx)
-    items: list[Any] = []
-    params: dict[str, Any] = {"limit": 100, **({"status": status} if status else {})}
     with g.host() as host:
-        while True:
-            page = host.ask("GET", _base(host, workflow), "listing instances", 200, params=params)
-            items += page["items"]
-            if not page.get("nextCursor"):
-                break
-            params["cursor"] = page["nextCursor"]
+        items = host.pages(_base(host, workflow), "listing instances", {"status": status} if status else {})
     show(items, g.output, ("id", "status", "createdAt", "updatedAt"))
 
 
