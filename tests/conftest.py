@@ -36,6 +36,12 @@ def host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
         yield h
 
 
+@pytest.fixture(scope="session")
+def sumi_host(host: Host) -> Host:
+    """The test kit's Host (sumi.testing) is this suite's one session Host: one start, not two."""
+    return host
+
+
 @pytest.fixture
 async def space(host: Host) -> AsyncIterator[SpaceFixture]:
     yield await new_space(host)
