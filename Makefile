@@ -6,11 +6,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: up test lint bench walls
+.PHONY: up test lint bench walls browser
 up: $(VENV)/.ready walls
 	$(BIN)/sumi up
 
-test: $(VENV)/.ready walls
+test: $(VENV)/.ready walls browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The OS walls of the worker runtimes (docs/security.md): bubblewrap, installed when it is
@@ -19,6 +19,13 @@ walls:
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 	  && { apt-get install -y -q bubblewrap || { apt-get update -q && apt-get install -y -q bubblewrap; }; } >/dev/null; } \
 	  || echo "bubblewrap is missing: python workers are refused, javascript runs behind weaker walls (docs/security.md)"
+
+# The dashboard's browser tests drive Debian's chromium through Playwright (never a browser
+# download): installed when it is missing and we are root on a Debian-like system.
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >/dev/null; } \
+	  || echo "chromium is missing: the dashboard's browser tests fail"
 
 # ruff and mypy come with the `test` extra; mypy is strict (pyproject.toml) on sumi and sumi_projections.
 lint: $(VENV)/.ready

@@ -1,7 +1,9 @@
 """Projections: stream processors that fold topics into Postgres read models."""
 
+import asyncio
+
 from sumi.core.config import Settings
-from sumi_projections import control, quarantine, queue, workflow
+from sumi_projections import _prune, control, quarantine, queue, workflow
 from sumi_projections._keys import Keys
 from sumi_projections._migrate import drop, migrate
 from sumi_projections._runner import ProjectionRunner, run_all
@@ -18,7 +20,7 @@ def runners(settings: Settings) -> list[ProjectionRunner]:
 
 
 async def serve(settings: Settings) -> None:
-    await run_all(runners(settings))
+    await asyncio.gather(run_all(runners(settings)), _prune.every(settings))
 
 
 __all__ = ["ProjectionRunner", "drop", "migrate", "run_all", "runners"]

@@ -43,15 +43,20 @@ class Keys:
     async def close(self) -> None:
         if self.consumer is not None:
             await self.consumer.stop()
+            self.consumer = None  # a projection run again after an outage opens a fresh one
 
     async def _catch_up(self, wanted: set[str]) -> None:
         deadline = time.monotonic() + WAIT_S
+        # The key's commit marker usually lands a millisecond after the record's: look again
+        # soon, then less often (a fixed 50 ms here had been most of a create's answer time).
+        delay = 0.001
         while True:
             await self._read_to_end()
             wanted = {k for k in wanted if k not in self.ring.keys and k not in self.dropped}
             if not any(_fresh(k) for k in wanted) or time.monotonic() > deadline:
                 return
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     async def _read_to_end(self) -> None:
         if self.consumer is None:
@@ -61,10 +66,16 @@ class Keys:
             self.consumer.assign(self.tps)
             await self.consumer.seek_to_beginning(*self.tps)
         ends = await self.consumer.end_offsets(self.tps)
-        async for batch in kafka.batches(self.consumer, ends):
-            for messages in batch.values():
-                for m in messages:
-                    self._fold(m)
+        # Fetching only while a batch asks for keys: no long poll sits at the end meanwhile, and
+        # an idle projection does not ask the broker for keys at all.
+        self.consumer.resume(*self.tps)
+        try:
+            async for batch in kafka.batches(self.consumer, ends):
+                for messages in batch.values():
+                    for m in messages:
+                        self._fold(m)
+        finally:
+            self.consumer.pause(*self.tps)
 
     def _fold(self, m: Any) -> None:
         if m.key is None:

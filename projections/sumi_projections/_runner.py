@@ -22,8 +22,10 @@ from typing import Any, Protocol
 
 import psycopg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from sumi.core import kafka, pgtext
+from sumi.core.backoff import Backoff
 from sumi.core.config import Settings
 from sumi.core.kafka import Out
 
@@ -35,6 +37,8 @@ Apply = Callable[[psycopg.AsyncCursor[Any], Any, int, int], Awaitable[None]]
 ApplyMany = Callable[[psycopg.AsyncCursor[Any], list[tuple[Any, int, int]]], Awaitable[None]]
 # Errors that say Postgres itself is unreachable, not that a record is bad: never a quarantine.
 _INFRASTRUCTURE = (psycopg.OperationalError, psycopg.InterfaceError)
+# What a restart of the broker or the database looks like from here: waited out, not a crash.
+_OUTAGE = (*_INFRASTRUCTURE, KafkaError, OSError)
 
 
 class Sink(Protocol):
@@ -144,7 +148,7 @@ class ProjectionRunner:
     async def _mark_caught_up(self, conn: psycopg.AsyncConnection[Any]) -> None:
         # Nothing committed is left to apply; /readyz reads this mark.
         now = time.monotonic()
-        if now - self._marked < 1.0:
+        if now - self._marked < 2.0:  # /readyz allows 5 s
             return
         self._marked = now
         await conn.execute(
@@ -227,4 +231,23 @@ class ProjectionRunner:
 
 
 async def run_all(runners: list[ProjectionRunner]) -> None:
-    await asyncio.gather(*(r.run() for r in runners))
+    await asyncio.gather(*(keep_running(r) for r in runners))
+
+
+async def keep_running(runner: ProjectionRunner) -> None:
+    """Run a projection through outages of Postgres or Kafka, each projection on its own.
+
+    A run that meets one ends (its transaction rolled back, nothing half-applied) and starts
+    again from its stored offsets after an exponential backoff, with one line in the log per
+    try rather than a traceback and a process restart a second."""
+    backoff = Backoff()
+    while True:
+        started = time.monotonic()
+        try:
+            await runner.run()
+            return
+        except _OUTAGE as exc:
+            wait = backoff.after_failure(time.monotonic() - started)
+            first = str(exc).strip().splitlines()[:1]
+            log.warning("projection %s: %s %s; again in %.1fs", runner.name, type(exc).__name__, *first or [""], wait)
+            await asyncio.sleep(wait)

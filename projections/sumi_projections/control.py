@@ -105,10 +105,13 @@ async def _operation_state(cur: Cursor, rec: r.OperationStateChanged) -> None:
 
 
 async def _command_decided(cur: Cursor, rec: r.CommandDecided) -> None:
+    # The notification is delivered when this transaction commits, with the row and what the
+    # decision answers for: the gateway waiting on the command learns it then (gateway._decisions).
     await cur.execute(
-        "INSERT INTO decisions (command_id, space, principal, kind, accepted, status, operation_id, "
+        "WITH _ AS (INSERT INTO decisions (command_id, space, principal, kind, accepted, status, operation_id, "
         "problem, result, decided_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-        "ON CONFLICT (command_id) DO NOTHING",
+        "ON CONFLICT (command_id) DO NOTHING) "
+        "SELECT pg_notify('sumi_decided_' || current_schema(), %s)",
         (
             rec.commandId,
             rec.space,
@@ -120,6 +123,7 @@ async def _command_decided(cur: Cursor, rec: r.CommandDecided) -> None:
             rec.problem,
             rec.result,
             ts(rec.decidedAt),
+            rec.commandId,
         ),
     )
 

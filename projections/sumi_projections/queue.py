@@ -3,6 +3,11 @@
 Each record applies at most once per message: a row remembers the offset of the
 last record applied to it (all records of a message share its queue's
 partition), and counters move only with the rows a record actually changed.
+
+A settled row is final: no later record changes it or counts it again, so it makes no
+difference to any counter whether the row is still there (a prune removes settled rows
+after a while, `sumi_projections._prune`). Its body leaves at the settlement: nothing
+reads a settled message's body (peek shows pending and in-flight messages only).
 """
 
 from typing import Any
@@ -14,6 +19,8 @@ from sumi_projections.control import ts
 
 Cursor = psycopg.AsyncCursor[Any]
 
+# The states a record of the log may still move a message out of.
+_LIVE = "state IN ('pending', 'inflight')"
 # record type -> (new state, counter column or None); constant SQL, never built from input
 _SETTLED = {
     r.MessagesAcknowledged: ("acknowledged", "acknowledged"),
@@ -89,7 +96,7 @@ async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
             "UPDATE queue_messages AS m SET state = 'inflight', attempts = u.attempt, "
             "batch_id = %s, last_offset = %s "
             "FROM unnest(%s::text[], %s::int[]) AS u(id, attempt) "
-            "WHERE m.message_id = u.id AND m.last_offset < %s",
+            f"WHERE m.message_id = u.id AND m.last_offset < %s AND m.{_LIVE}",
             (rec.batchId, offset, list(rec.messageIds), list(rec.attempts), offset),
         )
     elif isinstance(rec, r.MessageRetryScheduled):
@@ -100,7 +107,7 @@ async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
             await _changed(
                 cur,
                 "UPDATE queue_messages SET state = 'pending', visible_at = %s, attempts = %s, "
-                "batch_id = NULL, last_offset = %s WHERE message_id = %s AND last_offset < %s",
+                f"batch_id = NULL, last_offset = %s WHERE message_id = %s AND last_offset < %s AND {_LIVE}",
                 (ts(rec.visibleAt), rec.attempt, offset, rec.messageId, offset),
             ),
         )
@@ -113,9 +120,9 @@ async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
             counter,
             await _changed(
                 cur,
-                "UPDATE queue_messages SET state = %s, batch_id = NULL, last_offset = %s "
-                "WHERE message_id = ANY(%s) AND last_offset < %s",
-                (state, offset, ids, offset),
+                "UPDATE queue_messages SET state = %s, batch_id = NULL, last_offset = %s, settled_at = %s, "
+                f"body = ''::bytea WHERE message_id = ANY(%s) AND last_offset < %s AND {_LIVE}",
+                (state, offset, ts(rec.at), ids, offset),
             ),
         )
     elif isinstance(rec, r.QueuePurged):

@@ -8,6 +8,8 @@ The order of things is the point of this module:
   error, never a "ready" against someone else's gateway;
 - every child holds a lifeline to this process (sumi._lifeline), so whatever kills
   `up` kills them too;
+- the broker and the database it launched are the supervisor's to watch and restart
+  once everything has started, and stay this module's to stop;
 - stop in order: gateway, processors (the supervisor), then database and broker.
 """
 
@@ -16,11 +18,17 @@ import fcntl
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sumi._signals import Stopped, StopSignals
 from sumi.core.config import Settings
-from sumi.infra import KafkaBroker, PostgresServer
+from sumi.infra import KafkaBroker, KafkaCluster, PostgresServer
 from sumi.infra._ports import port_taken
+
+Part = KafkaBroker | KafkaCluster | PostgresServer
+
+if TYPE_CHECKING:
+    from sumi._uplogs import HostLogPrinter
 
 
 class HostRunning(Exception):
@@ -69,24 +77,24 @@ def say(line: str) -> None:
         pass
 
 
-def up() -> int:
+def up(logs: bool = False) -> int:
     signals = StopSignals().install()
     started = time.monotonic()
-    state = Path(os.environ.get("SUMI_STATE_DIR", ".sumi")).resolve()
+    state = Path(Settings.from_env().state_dir).resolve()
     try:
         lock = StateLock(state).acquire()
     except HostRunning as e:
         say(f"sumi: a Host is already running on {state} (pid {e.pid}); stop it first or set SUMI_STATE_DIR")
         return 1
     try:
-        return _up(state, signals, started)
+        return _up(state, signals, started, logs)
     except Stopped:
         return 0
     finally:
         lock.release()
 
 
-def _ports() -> dict[str, int] | str:
+def _ports(brokers: int) -> dict[str, int] | str:
     """The ports `up` will listen on, by variable, or what is wrong with them."""
     wanted = {"SUMI_HTTP_PORT": "8080"}
     if "SUMI_KAFKA_BOOTSTRAP" not in os.environ:
@@ -99,6 +107,8 @@ def _ports() -> dict[str, int] | str:
         if not value.isdigit() or not 0 < int(value) < 65536:
             return f"{var}={value!r} is not a port number"
         ports[var] = int(value)
+    if "SUMI_KAFKA_PORT" in ports:  # a local cluster's brokers listen on the ports after the first
+        ports.update({f"SUMI_KAFKA_PORT+{i}": ports["SUMI_KAFKA_PORT"] + i for i in range(1, brokers)})
     host = os.environ.get("SUMI_HTTP_HOST", "127.0.0.1")
     for var, port in ports.items():
         if port_taken(port, host if var == "SUMI_HTTP_PORT" else "127.0.0.1"):
@@ -106,23 +116,24 @@ def _ports() -> dict[str, int] | str:
     return ports
 
 
-def _up(state: Path, signals: StopSignals, started: float) -> int:
+def _up(state: Path, signals: StopSignals, started: float, logs: bool = False) -> int:
     from sumi._bootstrap import admin_token, issue_admin_token, prepare
     from sumi.supervisor import Supervisor
 
-    ports = _ports()
+    brokers = Settings.from_env().kafka_brokers
+    ports = _ports(brokers)
     if isinstance(ports, str):
         say(f"sumi: {ports}")
         return 1
-    parts: list[KafkaBroker | PostgresServer] = []
+    parts: list[Part] = []
     supervisor: Supervisor | None = None
     env: dict[str, str] = {}
     try:
         # Both launched before either is waited for: the JVM boots while PostgreSQL starts.
         if "SUMI_KAFKA_PORT" in ports:
-            broker = KafkaBroker(state / "kafka", port=ports["SUMI_KAFKA_PORT"])
-            _launch(parts, broker, "Apache Kafka (KRaft, single node)")
-            env["SUMI_KAFKA_BOOTSTRAP"] = broker.bootstrap
+            kafka = _kafka(state, ports["SUMI_KAFKA_PORT"], brokers)
+            _launch(parts, kafka, f"Apache Kafka (KRaft, {'single node' if brokers == 1 else f'{brokers} brokers'})")
+            env["SUMI_KAFKA_BOOTSTRAP"] = kafka.bootstrap
         if "SUMI_PG_PORT" in ports:
             pg = PostgresServer(state / "postgres", port=ports["SUMI_PG_PORT"])
             _launch(parts, pg, "PostgreSQL")
@@ -133,18 +144,21 @@ def _up(state: Path, signals: StopSignals, started: float) -> int:
         settings = Settings.from_env()
         asyncio.run(prepare(settings))
         token, new = admin_token(
-            settings,
-            os.environ.get("SUMI_ADMIN_TOKEN"),
-            Path(os.environ.get("SUMI_ADMIN_TOKEN_FILE", state / "admin-token")),
+            settings, settings.admin_token or None, Path(settings.admin_token_file or state / "admin-token")
         )
-        supervisor = Supervisor(settings, env)
+        # Watched and restarted like the services; a cluster's brokers each on their own.
+        watched = [b for part in parts for b in (part.brokers if isinstance(part, KafkaCluster) else [part])]
+        supervisor = Supervisor(settings, env, parts=watched)
         supervisor.start()
         asyncio.run(issue_admin_token(settings, token))
         supervisor.wait_ready()
         say(f"sumi: ready in {time.monotonic() - started:.1f}s at {supervisor.url}")
         say(f"sumi: admin token {token}" + (" (new; also written to the token file)" if new else ""))
         say("sumi: Ctrl-C stops everything")
+        printer = _print_logs(settings) if logs else None
         signals.wait()
+        if printer is not None:
+            printer.stop()
     except (RuntimeError, TimeoutError) as e:
         say(f"sumi: {e}")
         return 1
@@ -167,7 +181,19 @@ def _up(state: Path, signals: StopSignals, started: float) -> int:
     return 0
 
 
-def _launch(parts: list["KafkaBroker | PostgresServer"], part: "KafkaBroker | PostgresServer", what: str) -> None:
+def _kafka(state: Path, port: int, brokers: int) -> KafkaBroker | KafkaCluster:
+    if brokers == 1:
+        return KafkaBroker(state / "kafka", port=port)
+    return KafkaCluster(state / "kafka-cluster", ports=range(port, port + brokers), size=brokers)
+
+
+def _print_logs(settings: Settings) -> "HostLogPrinter":
+    from sumi._uplogs import HostLogPrinter
+
+    return HostLogPrinter(settings).start()
+
+
+def _launch(parts: list[Part], part: Part, what: str) -> None:
     say(f"sumi: starting {what}…")
     parts.append(part)  # before it starts: a stop in the middle of starting it still stops it
     part.launch()

@@ -2,6 +2,11 @@
 
 Each service is its own process (`sumi serve NAME`), so any one can be killed
 and restarted alone: that is how `sumi up` runs and how the crash tests hit it.
+The broker and the database that `sumi up` launched itself (its "parts") are
+watched the same way, and probed too: one that dies, or stops answering its own
+protocol for PART_PATIENCE seconds (a SIGSTOP, a wedged JVM), is restarted on its
+data directory. Every restart waits an exponential backoff (sumi.core.backoff),
+so a dependency that stays down costs a line now and then, not a restart loop.
 """
 
 import os
@@ -10,11 +15,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import httpx
 
 from sumi._lifeline import ENV
+from sumi.core.backoff import Backoff
 from sumi.core.config import Settings
+from sumi.infra._watched import Watched
 from sumi.services import SERVICE_ENTRIES
 
 
@@ -37,6 +46,28 @@ def available_services() -> tuple[str, ...]:
 # own bounds (sumi._lifeline.STOP_GRACE) a whole stop stays under 30 s.
 GATEWAY_GRACE = 4.0
 PROCESSORS_GRACE = 8.0
+PROBE_EVERY = 2.0  # seconds between two probes of a part
+PART_PATIENCE = 15.0  # seconds a running part may fail its probes before it is restarted
+PART_START = 120.0  # seconds a relaunched part may take to answer at all
+
+
+@dataclass
+class _Watch:
+    """What the watcher knows of one supervised thing: when it started, when its restart is due."""
+
+    started: float = field(default_factory=time.monotonic)
+    backoff: Backoff = field(default_factory=Backoff)
+    due: float | None = None
+    failing_since: float | None = None  # the first failed probe of a run of them
+    answered: bool = False  # since its last launch: a part still starting is not wedged
+
+    def schedule(self, now: float) -> float:
+        wait = self.backoff.after_failure(now - self.started)
+        self.due = now + wait
+        return wait
+
+    def restarted(self, now: float) -> None:
+        self.started, self.due, self.failing_since, self.answered = now, None, None, False
 
 
 class Supervisor:
@@ -46,6 +77,7 @@ class Supervisor:
         env: dict[str, str] | None = None,
         services: tuple[str, ...] | None = None,
         restart: bool = True,
+        parts: Sequence[Watched] = (),
     ) -> None:
         self.settings = settings
         self.env = {**os.environ, **settings.to_env(), **(env or {}), ENV: "stdin"}
@@ -55,6 +87,9 @@ class Supervisor:
         self._stopping = False
         self._lock = threading.Lock()  # a restart never races the stop
         self.held: set[str] = set()
+        self.parts = {type(p).__name__: p for p in parts}
+        self.restarts: dict[str, int] = {}  # by service or part name: how often it was restarted
+        self._watches: dict[str, _Watch] = {}
         self._watcher: threading.Thread | None = None
 
     @property
@@ -67,6 +102,8 @@ class Supervisor:
         if self.restart:
             self._watcher = threading.Thread(target=self._watch, daemon=True)
             self._watcher.start()
+            if self.parts:
+                threading.Thread(target=self._watch_parts, daemon=True).start()
         return self
 
     def start_service(self, name: str) -> None:
@@ -81,6 +118,7 @@ class Supervisor:
                 stdin=subprocess.PIPE,
                 start_new_session=True,
             )
+            self._watches[name] = _Watch()
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.procs[name]
@@ -97,13 +135,40 @@ class Supervisor:
 
     def _watch(self) -> None:
         while not self._stopping:
+            now = time.monotonic()
             for name, proc in list(self.procs.items()):
-                if proc.poll() is not None and not self._stopping and name not in self.held:
-                    print(f"sumi: {name} exited ({proc.returncode}); restarting", file=sys.stderr)
+                if proc.poll() is None or self._stopping or name in self.held:
+                    continue
+                watch = self._watches[name]
+                if watch.due is None:
+                    wait = watch.schedule(now)
+                    _say(f"{name} exited ({proc.returncode}); restarting in {wait:.1f}s")
                     _kill_group(proc)  # the runtime processes it started go with it
-                    time.sleep(0.5)
+                elif now >= watch.due:
+                    self.restarts[name] = self.restarts.get(name, 0) + 1
                     self.start_service(name)
             time.sleep(0.2)
+
+    def _watch_parts(self) -> None:
+        self._watches.update({name: _Watch() for name in self.parts})
+        while not self._stopping:
+            for name, part in self.parts.items():
+                self._check_part(name, part, self._watches[name])
+            time.sleep(PROBE_EVERY)
+
+    def _check_part(self, name: str, part: Watched, watch: _Watch) -> None:
+        now = time.monotonic()
+        if watch.due is None:
+            problem = _part_problem(part, watch, now)
+            if problem is not None:
+                _say(f"{name} {problem}; restarting in {watch.schedule(now):.1f}s")
+        elif now >= watch.due:
+            with self._lock:  # a stop waits for a relaunch under way, and none starts after it
+                if self._stopping:
+                    return
+                part.relaunch()
+            self.restarts[name] = self.restarts.get(name, 0) + 1
+            watch.restarted(time.monotonic())
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
@@ -123,6 +188,25 @@ class Supervisor:
         gateway = [p for n, p in self.procs.items() if n == "gateway"]
         _stop_all(gateway, GATEWAY_GRACE)
         _stop_all([p for n, p in self.procs.items() if n != "gateway"], PROCESSORS_GRACE)
+
+
+def _part_problem(part: Watched, watch: _Watch, now: float) -> str | None:
+    """Why a part needs a restart now, or None: it died, or it stopped answering for too long."""
+    if not part.running():
+        return "exited"
+    if part.healthy():
+        watch.failing_since, watch.answered = None, True
+        return None
+    if not watch.answered:  # still starting, unless for much longer than any start takes
+        return f"did not answer within {PART_START:.0f}s of its start" if now - watch.started > PART_START else None
+    watch.failing_since = watch.failing_since or now
+    if now - watch.failing_since >= PART_PATIENCE:
+        return f"has not answered for {now - watch.failing_since:.0f}s"
+    return None
+
+
+def _say(line: str) -> None:
+    print(f"sumi: {line}", file=sys.stderr, flush=True)
 
 
 def _stop_all(procs: list["subprocess.Popen[bytes]"], grace: float, signalled: bool = False) -> None:

@@ -208,7 +208,9 @@ async def offered_rate(api: Api, watcher: AckWatcher) -> list[float]:
 
 async def bench(host: Any) -> None:
     admin = {"Authorization": f"Bearer {host.admin_token}"}
-    async with httpx.AsyncClient(base_url=host.url, timeout=60, limits=httpx.Limits(max_connections=64)) as client:
+    async with httpx.AsyncClient(
+        base_url=host.url, timeout=60, limits=httpx.Limits(max_connections=64, keepalive_expiry=2.0)
+    ) as client:
         name = "bench-" + uuid.uuid4().hex[:8]
         assert (await client.post("/v2/spaces", json={"name": name}, headers=admin)).status_code == 201
         resp = await client.post(

@@ -31,7 +31,7 @@ def _snapshot(host: Host) -> dict[str, list[tuple[Any, ...]]]:
             for (t,) in conn.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
             )
-            if t not in ("schema_version", "projection_offsets", "projection_status")
+            if t not in ("schema_version", "projection_offsets", "projection_status", "prune_marks")
         ]
         return {t: sorted(conn.execute(f'SELECT * FROM "{schema}"."{t}"').fetchall(), key=repr) for t in tables}
 

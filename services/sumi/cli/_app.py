@@ -1,7 +1,5 @@
 """The Typer application, its global options, and main(): exit codes from every failure."""
 
-import logging
-import os
 import sys
 from typing import Annotated
 
@@ -10,10 +8,12 @@ import typer
 # Typer carries its own Click; its exceptions are the ones raised.
 from typer._click.exceptions import ClickException, UsageError
 
-from sumi.cli import _admin_cmds, _audit_cmds, _data_cmds, _host_cmds, _resource_cmds
+from sumi.cli import _admin_cmds, _audit_cmds, _data_cmds, _host_cmds, _resource_cmds, logs
 from sumi.cli._errors import USAGE, CliError
 from sumi.cli._output import FORMATS, problem
 from sumi.cli._state import Globals, hoist
+from sumi.core.config import Settings
+from sumi.core.logs import configure as configure_logs
 
 app = typer.Typer(
     name="sumi",
@@ -39,17 +39,17 @@ def _globals(
     ctx.obj = Globals(url, token, space, context, output)
 
 
-for module in (_host_cmds, _resource_cmds, _data_cmds, _admin_cmds, _audit_cmds):
+for module in (_host_cmds, _resource_cmds, _data_cmds, _admin_cmds, _audit_cmds, logs):
     module.register(app)
-# `sumi logs WORKER [--follow]` belongs here too: register it beside these (its module holds the
-# command; the worker-logs endpoint and its follower come with it).
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code (sumi.cli._errors), never a traceback for a refusal."""
-    logging.basicConfig(
-        level=os.environ.get("SUMI_LOG_LEVEL", "WARNING"), format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
+    try:
+        config = Settings.from_env()
+        configure_logs(config.log_format, config.log_level)
+    except ValueError:  # refused settings: the Host's commands say so; a client's need none of them
+        configure_logs("text", "WARNING")
     args = hoist(list(sys.argv[1:] if argv is None else argv))
     fmt = _format_of(args)
     try:

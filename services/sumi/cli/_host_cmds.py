@@ -1,7 +1,6 @@
 """`sumi up`, `sumi serve NAME`, `sumi bootstrap`: the Host itself, on this machine."""
 
 import asyncio
-import os
 import signal
 from pathlib import Path
 from typing import Annotated
@@ -30,12 +29,14 @@ def register(app: typer.Typer) -> None:
     )(bootstrap)
 
 
-def up() -> int:
+def up(
+    logs: Annotated[bool, typer.Option("--logs", help="print every worker's log lines as they come")] = False,
+) -> int:
     settings()
     from sumi._up import up as run_up
 
     write_local_profile()
-    return run_up()
+    return run_up(logs)
 
 
 def write_local_profile() -> None:
@@ -43,14 +44,15 @@ def write_local_profile() -> None:
 
     Written before the Host starts: both are known from the same variables `up` reads, and the
     token file is read by each command when it runs, by which time `up` has written it."""
-    host = os.environ.get("SUMI_HTTP_HOST", "127.0.0.1")
-    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{os.environ.get('SUMI_HTTP_PORT', '8080')}"
-    state = Path(os.environ.get("SUMI_STATE_DIR", ".sumi")).resolve()
+    config = settings()
+    host = config.http_host
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{config.http_port}"
+    state = Path(config.state_dir).resolve()
     values = {"url": url}
-    if os.environ.get("SUMI_ADMIN_TOKEN"):
-        values["token"] = os.environ["SUMI_ADMIN_TOKEN"]
+    if config.admin_token:
+        values["token"] = config.admin_token
     else:
-        values["token-file"] = str(Path(os.environ.get("SUMI_ADMIN_TOKEN_FILE", state / "admin-token")).resolve())
+        values["token-file"] = str(Path(config.admin_token_file or state / "admin-token").resolve())
     try:
         kept = (_profile.load().get("contexts") or {}).get("local", {})
         _profile.set_context("local", {**({"space": kept["space"]} if "space" in kept else {}), **values})
@@ -101,11 +103,7 @@ def bootstrap() -> int:
     config = settings()
     asyncio.run(prepare(config))
     state = Path(config.state_dir)
-    token, new = admin_token(
-        config,
-        os.environ.get("SUMI_ADMIN_TOKEN"),
-        Path(os.environ.get("SUMI_ADMIN_TOKEN_FILE", state / "admin-token")),
-    )
+    token, new = admin_token(config, config.admin_token or None, Path(config.admin_token_file or state / "admin-token"))
     asyncio.run(issue_admin_token(config, token, timeout=120))
     print(f"sumi: admin token {token}" if new else "sumi: admin token issued")
     return 0

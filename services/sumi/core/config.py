@@ -1,7 +1,7 @@
 """One typed settings object, read from SUMI_* environment variables."""
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MIN_WORKFLOW_RETENTION_SECONDS = 2_592_000  # WF-47: terminal histories are kept at least this long
 
@@ -17,7 +17,10 @@ class Settings:
     topic_prefix: str = "sumi"
     db_schema: str = "sumi"
     partitions: int = 6
-    replication: int = 1
+    replication: int = 1  # from the environment: SUMI_KAFKA_BROKERS up to 3 unless set
+    # How many Kafka brokers `sumi up` starts on this machine when no SUMI_KAFKA_BOOTSTRAP is
+    # given: 1, or a KRaft cluster (3: replication 3, min.insync.replicas 2; sumi.infra).
+    kafka_brokers: int = 1
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     decision_timeout: float = 10.0
@@ -38,11 +41,32 @@ class Settings:
     workflow_contexts: int = 256
     workflow_contexts_per_space: int = 128
     workflow_retention_seconds: int = MIN_WORKFLOW_RETENTION_SECONDS  # WF-47
+    # Bounded storage (sumi_projections._prune): a settled queue message's row leaves Postgres this
+    # long after its settlement (its body at once); a send retried with its Idempotency-Key is
+    # recognised for as long. Seven days, like the commands topic's retention. The stats'
+    # counters are kept apart and never change with a prune.
+    settled_retention_seconds: int = 7 * 86400
+    prune_interval_seconds: float = 60.0  # how often the projections service prunes
+    workflow_spare_contexts: int = 2  # fresh contexts started ahead of need, per Version lately run
     workflow_always_replay: bool = False  # end a workflow context after every committed step (tests)
     # Lets a test Host run with settings DurableWorkflow 0.3.0 forbids (a short retention).
     nonconformant_test_settings: bool = False
+    # Where fetched artefacts (the broker's jars) live; "" = $XDG_CACHE_HOME/sumi, else ~/.cache/sumi.
+    cache_dir: str = ""
+    log_level: str = "WARNING"
+    # The admin token `sumi up` / `sumi bootstrap` issue ("" = a new one, written to the file;
+    # the file "" = STATE_DIR/admin-token). A secret: kept out of repr and out of `to_env`,
+    # which no service needs it from.
+    admin_token: str = field(default="", repr=False)
+    admin_token_file: str = ""
+    # `sumi deploy`, a client of a Host: where the Host answers and the token it sends.
+    deploy_url: str = "http://127.0.0.1:8080"
+    deploy_token: str = field(default="", repr=False)
+    log_format: str = "text"  # the Host's own log: text, or json (one object per line; sumi.core.logs)
 
     def __post_init__(self) -> None:
+        if self.log_format not in ("text", "json"):
+            raise SettingsError(f"SUMI_LOG_FORMAT={self.log_format!r} is neither text nor json")
         if self.workflow_retention_seconds < MIN_WORKFLOW_RETENTION_SECONDS and not self.nonconformant_test_settings:
             raise SettingsError(
                 f"SUMI_WORKFLOW_RETENTION_SECONDS={self.workflow_retention_seconds} is under the minimum of "
@@ -62,13 +86,15 @@ class Settings:
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
         env = os.environ
+        brokers = _int(env, "SUMI_KAFKA_BROKERS", 1)
         values: dict[str, object] = {
             "kafka_bootstrap": env.get("SUMI_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
             "database_url": env.get("SUMI_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
             "topic_prefix": env.get("SUMI_TOPIC_PREFIX", "sumi"),
             "db_schema": env.get("SUMI_DB_SCHEMA", "sumi"),
             "partitions": int(env.get("SUMI_PARTITIONS", "6")),
-            "replication": int(env.get("SUMI_REPLICATION", "1")),
+            "replication": _int(env, "SUMI_REPLICATION", min(brokers, 3)),
+            "kafka_brokers": brokers,
             "http_host": env.get("SUMI_HTTP_HOST", "127.0.0.1"),
             "http_port": int(env.get("SUMI_HTTP_PORT", "8080")),
             "decision_timeout": float(env.get("SUMI_DECISION_TIMEOUT", "10")),
@@ -82,11 +108,25 @@ class Settings:
             "workflow_contexts": int(env.get("SUMI_WORKFLOW_CONTEXTS", "256")),
             "workflow_contexts_per_space": int(env.get("SUMI_WORKFLOW_CONTEXTS_PER_SPACE", "128")),
             "workflow_retention_seconds": _int(env, "SUMI_WORKFLOW_RETENTION_SECONDS", MIN_WORKFLOW_RETENTION_SECONDS),
+            "settled_retention_seconds": _int(env, "SUMI_SETTLED_RETENTION_SECONDS", 7 * 86400),
+            "prune_interval_seconds": float(env.get("SUMI_PRUNE_INTERVAL_SECONDS", "60")),
+            "workflow_spare_contexts": _int(env, "SUMI_WORKFLOW_SPARE_CONTEXTS", 2),
             "workflow_always_replay": env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
             "nonconformant_test_settings": env.get("SUMI_NONCONFORMANT_TEST_SETTINGS", "") == "1",
+            "cache_dir": env.get("SUMI_CACHE_DIR", ""),
+            "log_level": env.get("SUMI_LOG_LEVEL", "WARNING"),
+            "admin_token": env.get("SUMI_ADMIN_TOKEN", ""),
+            "admin_token_file": env.get("SUMI_ADMIN_TOKEN_FILE", ""),
+            "deploy_url": env.get("SUMI_URL", "http://127.0.0.1:8080"),
+            "deploy_token": env.get("SUMI_TOKEN", ""),
+            "log_format": env.get("SUMI_LOG_FORMAT") or "text",
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
+
+    def token_file(self) -> str:
+        """Where the admin token is written (and read back on a later start)."""
+        return self.admin_token_file or os.path.join(self.state_dir, "admin-token")
 
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}.{name}"
@@ -100,6 +140,7 @@ class Settings:
             "SUMI_DB_SCHEMA": self.db_schema,
             "SUMI_PARTITIONS": str(self.partitions),
             "SUMI_REPLICATION": str(self.replication),
+            "SUMI_KAFKA_BROKERS": str(self.kafka_brokers),
             "SUMI_HTTP_HOST": self.http_host,
             "SUMI_HTTP_PORT": str(self.http_port),
             "SUMI_DECISION_TIMEOUT": str(self.decision_timeout),
@@ -113,8 +154,14 @@ class Settings:
             "SUMI_WORKFLOW_CONTEXTS": str(self.workflow_contexts),
             "SUMI_WORKFLOW_CONTEXTS_PER_SPACE": str(self.workflow_contexts_per_space),
             "SUMI_WORKFLOW_RETENTION_SECONDS": str(self.workflow_retention_seconds),
+            "SUMI_SETTLED_RETENTION_SECONDS": str(self.settled_retention_seconds),
+            "SUMI_PRUNE_INTERVAL_SECONDS": str(self.prune_interval_seconds),
+            "SUMI_WORKFLOW_SPARE_CONTEXTS": str(self.workflow_spare_contexts),
             "SUMI_WORKFLOW_ALWAYS_REPLAY": "1" if self.workflow_always_replay else "",
             "SUMI_NONCONFORMANT_TEST_SETTINGS": "1" if self.nonconformant_test_settings else "",
+            "SUMI_CACHE_DIR": self.cache_dir,
+            "SUMI_LOG_LEVEL": self.log_level,
+            "SUMI_LOG_FORMAT": self.log_format,
         }
 
 

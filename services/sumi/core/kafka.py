@@ -136,9 +136,15 @@ class Quarantine:
 
 
 def new_consumer(settings: Settings, group: str | None = None, **options: Any) -> AIOKafkaConsumer:
-    """read_committed (a processor sees only what committed), offsets committed by the processor itself."""
+    """read_committed (a processor sees only what committed), offsets committed by the processor itself.
+
+    A fetch is answered as soon as a record commits (the broker completes it on the commit
+    marker), so `fetch_max_wait_ms` mostly bounds how often an idle consumer asks again. It
+    stays at aiokafka's 500 ms: at 2 s, reads of the read side's answers showed rare stalls of
+    up to that long on this machine, which we could not pin down (docs/decisions.md)."""
     defaults: dict[str, Any] = {
         "bootstrap_servers": settings.kafka_bootstrap,
+        "fetch_max_wait_ms": 500,
         "group_id": group,
         "isolation_level": "read_committed",
         "enable_auto_commit": False,
@@ -224,7 +230,7 @@ async def behind(consumer: AIOKafkaConsumer, ends: Mapping[TopicPartition, int])
 async def batches(
     consumer: AIOKafkaConsumer,
     until: Mapping[TopicPartition, int] | None = None,
-    timeout_ms: int = 200,
+    timeout_ms: int = 1000,
     max_records: int = 5000,
 ) -> AsyncIterator[dict[TopicPartition, list[Any]]]:
     """The one read loop: every polled batch (empty when nothing came within `timeout_ms`),

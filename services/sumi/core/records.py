@@ -400,7 +400,40 @@ WorkflowRecord = (
     | InstancesPurged
 )
 
-Record = CommandSubmitted | ControlRecord | QueueRecord | WorkflowRecord | DataKey | RecordQuarantined
+
+@dataclass(frozen=True)
+class WorkerLogged:
+    space: str
+    workerUid: str
+    versionUid: str
+    resourceUid: str
+    level: str
+    text: str
+    at: int
+    batchId: str | None = None
+    instanceId: str | None = None
+    step: str | None = None
+    dropped: int = 0
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    service: str
+    instance: str
+    text: str
+    at: int
+
+
+Record = (
+    CommandSubmitted
+    | ControlRecord
+    | QueueRecord
+    | WorkflowRecord
+    | DataKey
+    | RecordQuarantined
+    | WorkerLogged
+    | MetricsSnapshot
+)
 
 RECORD_TYPES: dict[str, type] = {
     cls.__name__: cls
@@ -438,5 +471,7 @@ RECORD_TYPES: dict[str, type] = {
         InstancesPurged,
         DataKey,
         RecordQuarantined,
+        WorkerLogged,
+        MetricsSnapshot,
     )
 }

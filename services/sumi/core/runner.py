@@ -60,7 +60,8 @@ class TransactionalRunner:
         self.epoch = 0
 
     async def run(self) -> None:
-        producer = kafka.new_producer(self.settings, self.transactional_id, linger_ms=1)
+        kafka.shorten_txn_retry()  # a command's decision waits on this processor's commit
+        producer = kafka.new_producer(self.settings, self.transactional_id, linger_ms=0)
         consumer = kafka.new_consumer(
             self.settings,
             self.group,

@@ -29,6 +29,14 @@ KEY_TOPIC = {
 }
 
 
+LOG_TOPIC = {
+    "cleanup.policy": "delete",
+    "retention.ms": str(7 * 86400_000),
+    "retention.bytes": str(1 << 30),
+    "segment.ms": str(3600_000),
+}
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     name: str
@@ -69,12 +77,25 @@ def _specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(settings.topic("workflow.keys"), KEY_TOPIC),
         # The dead letters of the processors themselves: what they could not decode or apply.
         TopicSpec(settings.topic("quarantine"), {**forever, "max.message.bytes": str(QUARANTINE_RECORD_BYTES)}),
+        # What workers print: read by `GET …/logs`, kept a week and at most 1 GiB per partition,
+        # whichever ends first (a Space's flood ages out, it never grows the broker without bound).
+        TopicSpec(settings.topic("logs"), LOG_TOPIC),
+        # Each service process's latest metrics (sumi.engines.exporter): compacted to one per
+        # process, and gone a day after the process stopped sending.
+        TopicSpec(
+            settings.topic("metrics"), {**KEY_TOPIC, "cleanup.policy": "compact,delete", "retention.ms": str(86400_000)}
+        ),
     ]
 
 
 def instance_key(workflow_uid: str, instance_id: str) -> str:
     """The key of an instance on both workflow topics: one owner decides each instance."""
     return f"{workflow_uid}/{instance_id}"
+
+
+def log_key(space: str, worker_uid: str) -> str:
+    """The key of a worker's lines on the log topic: one partition holds all of one worker's."""
+    return f"{space}/{worker_uid}"
 
 
 def partition_for(key: str, partitions: int) -> int:

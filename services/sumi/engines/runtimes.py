@@ -104,6 +104,14 @@ class Runtimes:
         self.closed = True
         await self.restart()
 
+    def alive(self) -> dict[tuple[str, str], tuple[int, list[int]]]:
+        """Per (kind, Space) of the started runtimes: contexts running, and process ids."""
+        out = {}
+        for key, fut in self._runtimes.items():
+            if fut.done() and not _failed(fut) and (alive := getattr(fut.result(), "alive", None)) is not None:
+                out[key] = alive()
+        return out
+
 
 def _failed(fut: "asyncio.Future[Runtime]") -> bool:
     return fut.done() and (fut.cancelled() or fut.exception() is not None)

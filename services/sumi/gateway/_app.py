@@ -1,5 +1,6 @@
 """The Starlette app: routes, error handling, metrics, and the lifespan that owns the backend."""
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,7 +15,8 @@ from starlette.staticfiles import StaticFiles
 
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
-from sumi.gateway import _operations, _queues, _resources, _service, _spaces, _tokens, _workflows
+from sumi.gateway import _logs, _operations, _queues, _resources, _service, _spaces, _tokens, _workflows
+from sumi.gateway._admission import Admission
 from sumi.gateway._backend import Backend
 from sumi.gateway._metrics import Metrics, MetricsMiddleware
 from sumi.gateway._problems import CatchAll, on_http_exception, on_problem
@@ -38,6 +40,7 @@ def routes() -> list[BaseRoute]:
         *_operations.routes,
         *_queues.routes,
         *_workflows.routes,
+        *_logs.routes,
         Mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui"),
     ]
 
@@ -50,15 +53,19 @@ def create_app(settings: Settings) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await backend.start()
+        gathering = asyncio.create_task(metrics.gathered.follow(settings))
         try:
             yield
         finally:
+            gathering.cancel()
+            await asyncio.gather(gathering, return_exceptions=True)
             await backend.stop()
 
     app = Starlette(
         routes=routes(),
         middleware=[
             Middleware(MetricsMiddleware, metrics=metrics),
+            Middleware(Admission),
             Middleware(CatchAll),
             Middleware(_workflows.InstancePaths),
         ],

@@ -36,15 +36,19 @@ def bearer(header: str | None) -> str | None:
 
 
 async def authenticate(request: Request) -> Caller:
+    return (await _caller(request, ""))[0]
+
+
+async def _caller(request: Request, space: str) -> tuple[Caller, bool]:
+    """The caller, and whether `space` exists: one query."""
     token = bearer(request.headers.get("authorization"))
     if token is None:
         raise Problem("unauthenticated", "missing bearer token")
-    db = backend(request)
-    row = await reads.token(db, token_hash(token))
+    row = await reads.caller(backend(request), token_hash(token), space)
     if row is None:
         raise Problem("unauthenticated", "unknown or revoked token")
-    roles = {g["space"]: g["role"] for g in await reads.grants(db, row["principal"])}
-    return Caller(row["principal"], row["admin"], roles)
+    roles = dict(zip(row["spaces"], row["roles"], strict=True))
+    return Caller(row["principal"], row["admin"], roles), row["space_exists"]
 
 
 def require_admin(caller: Caller) -> None:
@@ -58,10 +62,9 @@ async def authorize(request: Request, space: str, write: bool = False) -> Caller
     No role (or no such Space) is `404 not_found`, so a Space's existence is
     never revealed; a viewer that writes is `403 forbidden`.
     """
-    caller = await authenticate(request)
+    caller, exists = await _caller(request, space)
     role = caller.role(space)
-    exists = role is not None and await reads.space_exists(backend(request), space)
-    if not exists:
+    if role is None or not exists:
         raise Problem("not_found", f"no Space {space!r} visible to this token")
     if write and role != "editor":
         raise Problem("forbidden", f"role {role} may not change Space {space!r}")

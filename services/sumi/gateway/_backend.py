@@ -1,11 +1,14 @@
-"""The gateway's two connections: a Postgres pool for reads and a Kafka producer for appends.
+"""The gateway's connections: a Postgres pool for reads, a Kafka producer for appends, and the
+listener its requests learn their decisions from (`_decisions`).
 
-Both are opened by the app's lifespan and reached through `backend(request)`;
-nothing else in the gateway holds a connection or any cached state.
+All are opened by the app's lifespan and reached through `backend(request)`; nothing
+else in the gateway holds a connection. The one state it keeps is `Written`: where its
+own latest queue sends landed, so a read after them waits for the projection.
 """
 
 import asyncio
 import logging
+from collections import OrderedDict
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -18,6 +21,7 @@ from starlette.requests import Request
 from sumi.core import pgtext
 from sumi.core.config import Settings
 from sumi.core.topics import MAX_RECORD_BYTES, partition_for
+from sumi.gateway._decisions import Decisions
 
 log = logging.getLogger("sumi.gateway")
 
@@ -25,11 +29,35 @@ Row = dict[str, Any]
 BATCH_BYTES = 512 * 1024
 
 
+class Written:
+    """The last offset this gateway appended per queue (bounded: the oldest queues are
+    forgotten first), until a read has seen the projection past it."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self.limit = limit
+        self._last: OrderedDict[str, tuple[int, int]] = OrderedDict()
+
+    def note(self, queue_uid: str, partition: int, offset: int) -> None:
+        self._last[queue_uid] = (partition, offset)
+        self._last.move_to_end(queue_uid)
+        if len(self._last) > self.limit:
+            self._last.popitem(last=False)
+
+    def get(self, queue_uid: str) -> tuple[int, int] | None:
+        return self._last.get(queue_uid)
+
+    def forget(self, queue_uid: str, seen: tuple[int, int]) -> None:
+        if self._last.get(queue_uid) == seen:  # not a later send's
+            del self._last[queue_uid]
+
+
 class Backend:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.written = Written()
         self._pool: AsyncConnectionPool | None = None
         self._producer: AIOKafkaProducer | None = None
+        self.decisions = Decisions(settings, self._decided)
 
     async def start(self, kafka_wait: float = 30.0) -> None:
         s = self.settings
@@ -44,9 +72,11 @@ class Backend:
             kwargs={"options": f"-c search_path={s.db_schema}", "autocommit": True, "context": pgtext.ADAPTERS},
         )
         await self._pool.open(wait=False)
+        self.decisions.start()
         self._producer = await _start_producer(s, kafka_wait)
 
     async def stop(self) -> None:
+        await self.decisions.stop()
         if self._producer is not None:
             await self._producer.stop()
         if self._pool is not None:
@@ -67,6 +97,13 @@ class Backend:
         rows = await self.fetchall(sql, params)
         return rows[0] if rows else None
 
+    async def _decided(self, command_ids: list[str]) -> list[Row]:
+        return await self.fetchall(
+            "SELECT command_id, accepted, status, operation_id, problem, result FROM decisions "
+            "WHERE command_id = ANY(%s)",
+            (command_ids,),
+        )
+
     def partition(self, key: str) -> int:
         return partition_for(key, self.settings.partitions)
 
@@ -86,8 +123,9 @@ async def _start_producer(settings: Settings, wait: float) -> AIOKafkaProducer:
     deadline = asyncio.get_running_loop().time() + wait
     while True:
         # A queue send of 100 small messages fits one record batch of 512 KiB (not 7 of the
-        # default 16 KiB), and a short linger lets concurrent sends share a produce request:
-        # fewer, larger appends cost the broker less per record. A batch stays well under the
+        # default 16 KiB). No linger: a lone command goes at once, and concurrent ones still
+        # share a produce request, since the client sends one request per broker at a time and
+        # what arrives meanwhile waits in the batch behind it. A batch stays well under the
         # queue topic's 1 MiB record-batch limit (a larger record still goes alone).
         producer = AIOKafkaProducer(
             bootstrap_servers=settings.kafka_bootstrap,
@@ -95,7 +133,7 @@ async def _start_producer(settings: Settings, wait: float) -> AIOKafkaProducer:
             enable_idempotence=True,
             max_request_size=MAX_RECORD_BYTES,
             max_batch_size=BATCH_BYTES,
-            linger_ms=2,
+            linger_ms=0,
         )
         try:
             await producer.start()

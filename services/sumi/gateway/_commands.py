@@ -2,10 +2,12 @@
 
 The gateway decides nothing that needs state: it builds the typed command
 (`sumi.core.commands`), appends it as a `CommandSubmitted` and waits for the
-processor's `CommandDecided`, which the control projection writes to the
-`decisions` table (with the Operation and Resource rows, in the same
-transaction). No decision in time is `503 backend_unavailable`; the client
-retries with the same Idempotency-Key and gets the same decision.
+processor's `CommandDecided`, which a projection writes to the `decisions` table
+(with the read-model rows it answers for, in the same transaction) and announces
+with a notification (`_decisions`): the answer comes when the row does, with no
+polling, and a read after it sees what it decided. No decision in time is
+`503 backend_unavailable`; the client retries with the same Idempotency-Key and
+gets the same decision.
 """
 
 import asyncio
@@ -24,7 +26,6 @@ from sumi.core.records import CommandSubmitted
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller
 from sumi.gateway._backend import Backend, Row, backend
-from sumi.gateway._poll import poll
 from sumi.gateway._problems import stored_problem_response
 from sumi.gateway._views import operation_json, with_rfc3339
 
@@ -69,18 +70,29 @@ async def decide(request: Request, caller: Caller, command: Submission) -> Decis
     return await request_reply(backend(request), "commands", command.key, record)
 
 
-async def request_reply(db: Backend, topic: str, key: str, record: CommandSubmitted) -> Decision:
+async def request_reply(
+    db: Backend, topic: str, key: str, record: CommandSubmitted, may_be_decided: bool = False
+) -> Decision:
     """Append a command to `topic` under `key` and wait for the decision its processor
-    writes to the `decisions` table (the control processor, the workflow engine)."""
+    writes to the `decisions` table (the control processor, the workflow engine).
+
+    `may_be_decided`: the command ID is derived (an Idempotency-Key), so an earlier try may
+    have been decided already, its notification gone before this request listened; the row
+    is read once after listening, before the append (a fresh ID needs no such read)."""
     started, timeout = time.monotonic(), db.settings.decision_timeout
-    # One budget for append and decision: a broker that cannot take the command in time
-    # is answered like a processor that cannot decide it in time.
-    await asyncio.wait_for(db.send(db.settings.topic(topic), key, encode(record)), timeout)
-    remaining = max(timeout - (time.monotonic() - started), 0.0)
-    row = await poll(lambda: reads.decision(db, record.commandId), remaining)
-    if row is None:
-        raise Problem("backend_unavailable", "no decision in time; retry with the same Idempotency-Key")
-    return as_decision(row)
+    answer = db.decisions.expect(record.commandId)
+    try:
+        if may_be_decided and (row := await reads.decision(db, record.commandId)) is not None:
+            return as_decision(row)
+        # One budget for append and decision: a broker that cannot take the command in time
+        # is answered like a processor that cannot decide it in time.
+        await asyncio.wait_for(db.send(db.settings.topic(topic), key, encode(record)), timeout)
+        remaining = max(timeout - (time.monotonic() - started), 0.0)
+        return as_decision(await asyncio.wait_for(answer, remaining))
+    except TimeoutError:
+        raise Problem("backend_unavailable", "no decision in time; retry with the same Idempotency-Key") from None
+    finally:
+        answer.cancel()
 
 
 def as_decision(row: Row) -> Decision:
@@ -101,8 +113,9 @@ async def respond(request: Request, decision: Decision) -> Response:
 
 
 async def operation_response(request: Request, operation_id: str, status: int) -> Response:
-    db = backend(request)
-    row = await poll(lambda: reads.operation(db, operation_id), db.settings.decision_timeout)
+    # The Operation precedes its decision on the control log, and the projection writes a
+    # decision with everything before it: once decided, it is readable.
+    row = await reads.operation(backend(request), operation_id)
     if row is None:
         raise Problem("backend_unavailable", "the Operation is not readable yet; retry")
     return JSONResponse(operation_json(row), status_code=status, headers={"Location": f"/v2/operations/{operation_id}"})

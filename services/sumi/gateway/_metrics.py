@@ -1,10 +1,18 @@
-"""Request counts and latency by route template and status, in a registry per app."""
+"""Request counts and latency by route template and status, in a registry per app; with the
+quarantine counts and Operation durations read from Postgres at each scrape, and the other
+services' metrics gathered from the metrics topic (`_gather`)."""
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sumi.gateway._gather import Gathered
+from sumi.gateway._reads import OPERATION_BUCKETS
 
 
 class Metrics:
@@ -25,6 +33,10 @@ class Metrics:
             ("processor", "topic", "reason"),
             registry=self.registry,
         )
+        self.operations = OperationDurations()
+        self.registry.register(self.operations)
+        self.gathered = Gathered()
+        self.registry.register(self.gathered)
 
     def set_quarantined(self, rows: list[dict[str, Any]]) -> None:
         self.quarantined.clear()
@@ -34,6 +46,24 @@ class Metrics:
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()
         self.latency.labels(method, route, str(status)).observe(seconds)
+
+
+class OperationDurations(Collector):
+    """From an Operation's acceptance to its end, per Space, kind and final state (as last read)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            "sumi_operation_duration_seconds",
+            "Ended Operations: from acceptance to success or failure",
+            labels=("space", "kind", "state"),
+        )
+        for row in self.rows:
+            buckets = [(str(b), row[f"le_{i}"]) for i, b in enumerate(OPERATION_BUCKETS)] + [("+Inf", row["n"])]
+            family.add_metric((row["space"], row["kind"], row["state"]), buckets, row["seconds"])
+        yield family
 
 
 class MetricsMiddleware:

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from aiokafka.errors import KafkaError
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -92,6 +92,8 @@ class CatchAll:
 
         try:
             await self.app(scope, receive, tracking_send)
+        except ClientDisconnect:
+            return  # the client went away while its body was read: nobody to answer, nothing wrong here
         except Exception as exc:  # the point of this middleware
             if started:
                 raise

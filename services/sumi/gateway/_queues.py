@@ -2,7 +2,10 @@
 
 Sends are appended straight to the queue topic (the queue's own log, keyed by
 its UID): accepting a message needs no decision beyond the body's shape and the
-queue's existence. Stats and peek read the queue projection.
+queue's existence, and `202` comes once the records are durable in Kafka. Stats and
+peek read the queue projection; after a send through this gateway they first wait
+until the projection has applied it (read your writes), so the wait is the reader's,
+never the sender's.
 """
 
 import asyncio
@@ -51,6 +54,12 @@ async def send_messages(request: Request) -> Response:
     db = backend(request)
     # A replay re-derives the same IDs; whatever the projection already holds was appended.
     # Without a key the IDs are fresh ULIDs: nothing can hold them yet, so nothing to look up.
+    # With one, what this gateway appended to the queue is first read back (it may be this
+    # request's first try, answered a moment ago): a replay after a 202 appends nothing new.
+    # A replay after a 503 whose first try's append is still on its way can append the IDs
+    # again; the engine and the projection take each ID once (docs/decisions.md).
+    if key:
+        await _read_your_writes(db, queue["uid"])
     known = await reads.known_messages(db, ids) if key else set()
     todo = [(mid, m) for mid, m in zip(ids, messages, strict=True) if mid not in known]
     if todo:
@@ -82,24 +91,30 @@ async def _append(
     metas = await asyncio.wait_for(
         db.send_in_order(db.settings.topic("queue"), queue_uid, records), db.settings.decision_timeout
     )
-    await _await_projection(db, metas[-1].partition, metas[-1].offset)
+    db.written.note(queue_uid, metas[-1].partition, metas[-1].offset)
 
 
-async def _await_projection(db: Backend, partition: int, offset: int) -> None:
-    """Read your writes: stats and peek after a 202 include the messages just sent."""
+async def _read_your_writes(db: Backend, queue_uid: str) -> None:
+    """Stats and peek after a 202 from this gateway include the messages it accepted."""
+    written = db.written.get(queue_uid)
+    if written is None:
+        return
+    partition, offset = written
     topic = db.settings.topic("queue")
 
     async def caught_up() -> bool | None:
         next_offset = await reads.queue_projection_offset(db, topic, partition)
         return True if next_offset is not None and next_offset > offset else None
 
-    if await poll(caught_up, db.settings.decision_timeout) is None:
-        # The append is durable, so the answer is still 202; only the read side lags.
-        log.warning("queue projection behind %s[%d]@%d", topic, partition, offset)
+    if await poll(caught_up, db.settings.decision_timeout, first=0.002, cap=0.02) is None:
+        log.warning("queue projection behind %s[%d]@%d", topic, partition, offset)  # answered as it stands
+    else:
+        db.written.forget(queue_uid, written)
 
 
 async def queue_stats(request: Request) -> Response:
     _, queue = await resolve_queue(request, write=False)
+    await _read_your_writes(backend(request), queue["uid"])
     stats = await reads.queue_stats(backend(request), queue["uid"])
     return JSONResponse(
         {
@@ -120,6 +135,7 @@ async def peek_messages(request: Request) -> Response:
     state = choice_param(request, "state", ("ready", "delayed", "inFlight"))
     limit = int_param(request, "limit", 100, 1, 1000)
     with_body = bool_param(request, "includeBody", False)
+    await _read_your_writes(backend(request), queue["uid"])
     rows = await reads.peek(backend(request), queue["uid"], state, limit, with_body)
     return JSONResponse({"items": [_peek_item(r, with_body) for r in rows]})
 

@@ -11,6 +11,7 @@ from input.
 
 from typing import Any
 
+from sumi.control.forms.names import MODULE_WORKER
 from sumi.gateway._backend import Backend, Row
 
 RESOURCE_COLUMNS = "uid, space, name, form, generation, state, spec, observed, output, created_at, updated_at"
@@ -32,18 +33,18 @@ def _ref_column(ref: str) -> str:
 # ---- callers and Spaces --------------------------------------------------------------------
 
 
-async def token(db: Backend, token_hash: str) -> Row | None:
-    """The principal a live token belongs to: principal, admin."""
-    return await db.fetchone("SELECT principal, admin FROM tokens WHERE token_hash = %s", (token_hash,))
-
-
-async def grants(db: Backend, principal: str) -> list[Row]:
-    """The principal's roles: space, role."""
-    return await db.fetchall("SELECT space, role FROM grants WHERE principal = %s", (principal,))
-
-
-async def space_exists(db: Backend, name: str) -> bool:
-    return await db.fetchone("SELECT 1 AS one FROM spaces WHERE name = %s", (name,)) is not None
+async def caller(db: Backend, token_hash: str, space: str) -> Row | None:
+    """Who a live token is, in one round trip (every request asks): principal, admin, the
+    Spaces and roles of its grants (two arrays), and whether `space` exists ("" asks none)."""
+    return await db.fetchone(
+        "SELECT t.principal, t.admin, "
+        "coalesce(array_agg(g.space) FILTER (WHERE g.space IS NOT NULL), '{}') AS spaces, "
+        "coalesce(array_agg(g.role) FILTER (WHERE g.space IS NOT NULL), '{}') AS roles, "
+        "EXISTS (SELECT 1 FROM spaces WHERE name = %s) AS space_exists "
+        "FROM tokens t LEFT JOIN grants g ON g.principal = t.principal "
+        "WHERE t.token_hash = %s GROUP BY t.principal, t.admin",
+        (space, token_hash),
+    )
 
 
 async def spaces(db: Backend, principal: str | None) -> list[Row]:
@@ -100,6 +101,11 @@ async def queue(db: Backend, space: str, form: str, ref: str) -> Row | None:
         f"SELECT uid, state FROM resources WHERE space = %s AND form = %s AND {_ref_column(ref)} = %s",
         (space, form, ref),
     )
+
+
+async def worker(db: Backend, space: str, ref: str) -> Row | None:
+    """uid, state of the Space's ModuleWorker by UID or name."""
+    return await queue(db, space, MODULE_WORKER, ref)
 
 
 async def known_messages(db: Backend, message_ids: list[str]) -> set[str]:
@@ -206,3 +212,22 @@ async def projections_status(db: Backend) -> Row:
 async def quarantine_counts(db: Backend) -> list[Row]:
     """Records set aside, per processor, source topic and reason (for /metrics)."""
     return await db.fetchall("SELECT processor, source_topic, reason, count(*) AS n FROM quarantined GROUP BY 1, 2, 3")
+
+
+# ---- Operation durations -------------------------------------------------------------------
+
+OPERATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)  # seconds (for /metrics)
+
+
+async def operation_durations(db: Backend) -> list[Row]:
+    """Ended Operations per Space, kind and state: their count, total seconds, and how many
+    took at most each of OPERATION_BUCKETS (`le_0` … in order)."""
+    buckets = ", ".join(
+        f"count(*) FILTER (WHERE updated_at - created_at <= make_interval(secs => {b})) AS le_{i}"
+        for i, b in enumerate(OPERATION_BUCKETS)
+    )
+    return await db.fetchall(
+        f"SELECT space, kind, state, count(*) AS n, "  # noqa: S608 (constant text, no input)
+        f"coalesce(sum(extract(epoch FROM updated_at - created_at)), 0)::float8 AS seconds, {buckets} "
+        "FROM operations WHERE state IN ('succeeded', 'failed') GROUP BY 1, 2, 3"
+    )

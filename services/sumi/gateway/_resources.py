@@ -18,6 +18,14 @@ from sumi.gateway._views import resource_json
 
 CREATE_KEYS = ({"name", "form", "spec"}, {"privateInputs"})
 UPDATE_KEYS = ({"spec"}, {"privateInputs"})
+WITHHELD = "(withheld)"
+
+
+def private_names(private: dict[str, Any] | None) -> dict[str, Any] | None:
+    """privateInputs as the command carries them: their names, never their values. The command
+    topic is a log anyone reading the Host's topics sees, and no Form here takes a private input
+    (the processor judges them by their names alone); a Form that does will need them sealed."""
+    return None if private is None else dict.fromkeys(private, WITHHELD)
 
 
 def check_body(body: dict[str, Any]) -> dict[str, Any]:
@@ -49,7 +57,7 @@ async def create_resource(request: Request) -> Response:
     caller, key = await _write_access(request)
     body = check_body(await read_object(request, *CREATE_KEYS))
     command = c.ResourceCreate(
-        name=body["name"], form=body["form"], spec=body["spec"], private_inputs=body.get("privateInputs")
+        name=body["name"], form=body["form"], spec=body["spec"], private_inputs=private_names(body.get("privateInputs"))
     )
     return await _write(request, body, command, caller, key)
 
@@ -58,7 +66,7 @@ async def update_resource(request: Request) -> Response:
     caller, key = await _write_access(request)
     body = check_body(await read_object(request, *UPDATE_KEYS))
     command = c.ResourceUpdate(
-        ref=request.path_params["uid"], spec=body["spec"], private_inputs=body.get("privateInputs")
+        ref=request.path_params["uid"], spec=body["spec"], private_inputs=private_names(body.get("privateInputs"))
     )
     return await _write(request, body, command, caller, key)
 

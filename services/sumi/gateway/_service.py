@@ -39,15 +39,14 @@ async def readyz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     # Not among the contract's open endpoints (section 1): a scraper sends a bearer token.
     await authenticate(request)
+    metrics = request.app.state.metrics
     try:
-        rows = await asyncio.wait_for(
-            reads.quarantine_counts(backend(request)),
-            READY_TIMEOUT,
-        )
+        rows = await asyncio.wait_for(reads.quarantine_counts(backend(request)), READY_TIMEOUT)
+        metrics.operations.rows = await asyncio.wait_for(reads.operation_durations(backend(request)), READY_TIMEOUT)
     except Exception as exc:  # Postgres down: the scrape still answers, with the counts it last read
-        log.warning("/metrics: quarantine counts not read: %r", exc)
+        log.warning("/metrics: counts not read: %r", exc)
     else:
-        request.app.state.metrics.set_quarantined(rows)
+        metrics.set_quarantined(rows)
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

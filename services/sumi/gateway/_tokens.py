@@ -6,7 +6,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from sumi.control.forms._base import NAME_RE
 from sumi.core import commands as c
+from sumi.core.problems import Problem
 from sumi.core.topics import ADMIN_KEY
 from sumi.gateway._auth import authenticate, require_admin, token_hash
 from sumi.gateway._commands import Submission, decide, respond, submit
@@ -56,6 +58,9 @@ async def revoke_tokens(request: Request) -> Response:
     caller = await authenticate(request)
     require_admin(caller)
     principal = request.path_params["principal"]
+    if not NAME_RE.match(principal):
+        # No principal can have this name, so none of its tokens exist: not a revocation of nothing.
+        raise Problem("not_found", "no such principal")
     return await submit(request, caller, Submission(c.TokenRevoke(principal=principal), "", ADMIN_KEY))
 
 

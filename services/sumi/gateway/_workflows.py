@@ -142,7 +142,8 @@ async def _command(request: Request, caller: Caller, command: WorkflowCommand, b
         idempotency_key=key,
         fingerprint=bound,
     )
-    return await respond(request, await request_reply(db, "workflow.commands", key_of(command), record))
+    decision = await request_reply(db, "workflow.commands", key_of(command), record, may_be_decided=key is not None)
+    return await respond(request, decision)
 
 
 async def create_instance(request: Request) -> Response:

@@ -3,6 +3,7 @@
 Kept in step with the served routes by tests/unit/gateway/test_openapi.py.
 """
 
+import re
 from typing import Any
 
 from sumi.core.problems import STATUS
@@ -13,6 +14,7 @@ NAME = {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}
 TIME = {"type": "string", "format": "date-time"}
 INSTANCE_ID = {"type": "string", "minLength": 1, "maxLength": 256, "description": "1..256 Unicode scalar values"}
 INSTANCE_STATUS = {"enum": ["queued", "running", "sleeping", "waiting", "complete", "errored", "terminated"]}
+BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"  # standard, padded
 DOC_SCHEMA = {
     "type": "object",
     "description": "a document (DOC-1..6): at most 1024 root properties, 1 MiB canonical (RFC 8785), objects "
@@ -114,7 +116,7 @@ SCHEMAS: dict[str, Any] = {
                 "maxItems": 100,
                 "items": obj(
                     {
-                        "body": {"type": "string", "contentEncoding": "base64"},
+                        "body": {"type": "string", "contentEncoding": "base64", "pattern": BASE64},
                         "delaySeconds": {"type": "integer", "minimum": 0, "maximum": 43200},
                     },
                     ["body"],
@@ -200,7 +202,27 @@ SCHEMAS: dict[str, Any] = {
         ["items"],
     ),
     "Status": {"type": "object", "properties": {"status": {"type": "string"}}},
+    "LogLine": obj(
+        {
+            "at": TIME,
+            "level": {"enum": ["debug", "info", "warn", "error"]},
+            "text": {"type": "string"},
+            "worker": {"type": "string"},
+            "version": {"type": "string"},
+            "resource": {"type": "string", "description": "the QueueConsumer or DurableWorkflow that invoked it"},
+            "batchId": {"type": "string"},
+            "instanceId": {"type": "string"},
+            "step": {"type": "string"},
+            "dropped": {"type": "integer", "minimum": 1, "description": "this line says that many were dropped"},
+        },
+        ["at", "level", "text", "worker", "version", "resource"],
+    ),
+    "LogPage": obj({"items": {"type": "array", "items": ref("LogLine")}}, ["items"]),
 }
+
+
+# Every 429 and 503 says when to come back (sumi.gateway._admission).
+RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "required": True, "description": "seconds"}}
 
 
 def problems(*codes: str) -> dict[str, Any]:
@@ -208,7 +230,11 @@ def problems(*codes: str) -> dict[str, Any]:
     for code in codes:
         by_status.setdefault(str(STATUS[code]), []).append(code)
     return {
-        status: {"description": " | ".join(cs), "content": {PROBLEM: {"schema": ref("Problem")}}}
+        status: {
+            "description": " | ".join(cs),
+            "content": {PROBLEM: {"schema": ref("Problem")}},
+            **({"headers": RETRY_AFTER} if status in ("429", "503") else {}),
+        }
         for status, cs in by_status.items()
     }
 
@@ -245,7 +271,11 @@ def operation(
     op: dict[str, Any] = {
         "summary": summary,
         "parameters": params or [],
-        "responses": {**responses, **problems(*errors, *(() if public else ("unauthenticated",)))},
+        # Any API request may be turned away while the gateway is full (sumi.gateway._admission).
+        "responses": {
+            **responses,
+            **problems(*dict.fromkeys([*errors, *(() if public else ("unauthenticated", "backend_unavailable"))])),
+        },
     }
     if body:
         op["requestBody"] = {"required": True, "content": {JSON: {"schema": ref(body)}}}
@@ -336,6 +366,7 @@ PATHS: dict[str, dict[str, Any]] = {
             "Revoke every token of a principal (admin)",
             answer(204, None, "revoked"),
             "forbidden",
+            "not_found",
             "backend_unavailable",
             params=[param("principal", "path", NAME)],
         ),
@@ -495,6 +526,24 @@ PATHS: dict[str, dict[str, Any]] = {
             params=[SPACE, WORKFLOW, INSTANCE],
         ),
     },
+    "/v2/spaces/{space}/workers/{worker}/logs": {
+        "get": operation(
+            "A worker's log: what it printed and its uncaught errors; follow=true streams them",
+            answer(200, "LogPage", "the last `limit` lines (follow=true: a text/event-stream of `log` events)"),
+            "invalid_request",
+            "not_found",
+            "backend_unavailable",
+            params=[
+                SPACE,
+                param("worker", "path", {"type": "string"}, description="ModuleWorker UID or name"),
+                param("instance", "query", INSTANCE_ID, description="only this workflow instance's lines"),
+                param("level", "query", {"enum": ["debug", "info", "warn", "error"]}, description="and above"),
+                param("since", "query", TIME, description="from this time (RFC 3339)"),
+                param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
+                param("follow", "query", {"type": "boolean", "default": False}, description="Server-Sent Events"),
+            ],
+        )
+    },
     "/healthz": {"get": operation("Liveness", answer(200, "Status", "alive"), public=True)},
     "/readyz": {
         "get": operation(
@@ -514,6 +563,53 @@ PATHS: dict[str, dict[str, Any]] = {
     },
 }
 
+
+def operation_id(method: str, path: str) -> str:
+    """`get_v2_spaces_space_resources` for GET /v2/spaces/{space}/resources: unique, stable, plain."""
+    return "_".join([method, *re.findall(r"[a-z0-9]+", path.lower())])
+
+
+SPACE_OF_REQUEST = {"space": "$request.path.space"}
+RESOURCE_OF_OPERATION = {**SPACE_OF_REQUEST, "uid": "$response.body#/resourceUid"}
+INSTANCE_OF_ANSWER = {**SPACE_OF_REQUEST, "uid": "$request.path.uid", "id": "$response.body#/id"}
+RESOURCE_PATH = "/v2/spaces/{space}/resources/{uid}"
+QUEUE_PATHS = ["/v2/spaces/{space}/queues/{uid}/messages", "/v2/spaces/{space}/queues/{uid}/stats"]
+# What each answer's IDs open (OpenAPI links), so that a client or a stateful fuzzer reaches
+# every operation with real IDs: (source method, path, status) -> [(target path, parameters)].
+LINKS: dict[tuple[str, str, str], list[tuple[str, dict[str, str]]]] = {
+    ("post", "/v2/spaces", "201"): [
+        (p, {"space": "$response.body#/name"}) for p in ("/v2/spaces/{space}", "/v2/spaces/{space}/resources")
+    ],
+    ("post", "/v2/tokens", "201"): [("/v2/tokens/{principal}", {"principal": "$response.body#/principal"})],
+    **{
+        (method, path, "202"): [
+            ("/v2/operations/{id}", {"id": "$response.body#/id"}),
+            *((p, RESOURCE_OF_OPERATION) for p in (RESOURCE_PATH, *QUEUE_PATHS, INSTANCES)),
+        ]
+        for method, path in (("post", "/v2/spaces/{space}/resources"), ("put", RESOURCE_PATH))
+    },
+    ("post", INSTANCES, "201"): [
+        (INSTANCES + tail, INSTANCE_OF_ANSWER) for tail in ("/{id}", "/{id}/events", "/{id}/terminate", "/{id}/history")
+    ],
+}
+
+
+def _linked(paths: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """PATHS with an operationId on every operation and the LINKS on the answers they start from."""
+    out = {
+        path: {m: {**op, "operationId": operation_id(m, path)} for m, op in item.items()}
+        for path, item in paths.items()
+    }
+    for (method, path, status), targets in LINKS.items():
+        answer_ = out[path][method]["responses"][status]
+        answer_["links"] = {
+            operation_id(m, target): {"operationId": operation_id(m, target), "parameters": params}
+            for target, params in targets
+            for m in out[target]
+        }
+    return out
+
+
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {
@@ -522,7 +618,7 @@ DOCUMENT: dict[str, Any] = {
         "description": "The Takoform Host API v2 as this Host defines it (host-api.md).",
     },
     "servers": [{"url": "/"}],
-    "paths": PATHS,
+    "paths": _linked(PATHS),
     "components": {"schemas": SCHEMAS, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
     "security": [{"bearer": []}],
 }

@@ -1,10 +1,11 @@
-"""Local launchers for the real parts: an Apache Kafka broker and a PostgreSQL server.
+"""Local launchers for the real parts: an Apache Kafka broker (or a cluster of three) and a PostgreSQL server.
 
 Used by `sumi up` and by the test fixtures on machines without a Docker engine.
 """
 
+from sumi.infra._cluster import KafkaCluster
 from sumi.infra._kafka import KafkaBroker
 from sumi.infra._ports import free_port
 from sumi.infra._postgres import PostgresServer
 
-__all__ = ["KafkaBroker", "PostgresServer", "free_port"]
+__all__ = ["KafkaBroker", "KafkaCluster", "PostgresServer", "free_port"]

@@ -6,7 +6,8 @@ warns when the module it is asked to run as `__main__` was already imported unde
 
 import os
 
+from sumi.core.config import Settings
 from sumi.infra._kafka import ensure_jars
 
-print(ensure_jars(), flush=True)  # os._exit flushes nothing
+print(ensure_jars(Settings.from_env().cache_dir), flush=True)  # os._exit flushes nothing
 os._exit(0)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from sumi._lifeline import STOP_GRACE, watchdog_argv
 from sumi.infra._ports import free_port, wait_for_port
+from sumi.infra._probe import postgres_answers
 from sumi.infra._watched import Watched
 
 PG_USER = "embedded_postgres"
@@ -73,11 +74,18 @@ def _open_path_to(path: Path) -> None:
 
 
 class PostgresServer(Watched):
-    """`url` is a libpq URL for the `postgres` database of a trust-auth server."""
+    """`url` is a libpq URL for the `postgres` database of a trust-auth server.
 
-    def __init__(self, data_dir: Path | None = None, port: int | None = None) -> None:
+    `durable` (the default for a named data directory, such as `sumi up`'s) keeps PostgreSQL's
+    own fsync and synchronous commit: a commit survives a power cut, and a crash never leaves a
+    corrupt cluster. A scratch server (no data directory: the tests') is removed when it stops,
+    so it runs without them: a power cut loses it either way.
+    """
+
+    def __init__(self, data_dir: Path | None = None, port: int | None = None, durable: bool | None = None) -> None:
         self.base_dir = data_dir or Path(tempfile.mkdtemp(prefix="sumi-pg-"))
         self._scratch = None if data_dir is not None else self.base_dir
+        self.durable = data_dir is not None if durable is None else durable
         self.pgdata = self.base_dir / "pgdata"
         self.port = port or free_port()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
@@ -108,11 +116,8 @@ class PostgresServer(Watched):
                 "-k",
                 str(self.base_dir),
                 "-c",
-                "fsync=off",
-                "-c",
                 "max_connections=200",
-                "-c",
-                "synchronous_commit=off",
+                *([] if self.durable else ["-c", "fsync=off", "-c", "synchronous_commit=off"]),
             ]
             # Under a watchdog holding a lifeline to us; SIGINT is PostgreSQL's "fast" shutdown.
             self._proc = subprocess.Popen(
@@ -129,7 +134,8 @@ class PostgresServer(Watched):
         partial = self.base_dir / "pgdata.partial"
         shutil.rmtree(partial, ignore_errors=True)
         subprocess.run(
-            [_bin("initdb"), "-D", str(partial), "--auth=trust", "--encoding=utf8", "-U", "postgres", "--no-sync"],
+            [_bin("initdb"), "-D", str(partial), "--auth=trust", "--encoding=utf8", "-U", "postgres"]
+            + ([] if self.durable else ["--no-sync"]),
             check=True,
             stdout=subprocess.DEVNULL,
             cwd=self.base_dir,
@@ -138,6 +144,9 @@ class PostgresServer(Watched):
         )
         shutil.rmtree(self.pgdata, ignore_errors=True)  # no PG_VERSION: not a cluster, at most a stale half
         partial.rename(self.pgdata)
+
+    def healthy(self) -> bool:
+        return postgres_answers(self.url)
 
     def wait_started(self, timeout: float = 60.0) -> "PostgresServer":
         wait_for_port(self.port, timeout, alive=lambda: self._proc is not None and self._proc.poll() is None)

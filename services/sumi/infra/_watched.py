@@ -18,6 +18,24 @@ class Watched:
     def start(self) -> Self:
         raise NotImplementedError
 
+    def launch(self) -> None:
+        raise NotImplementedError
+
+    def healthy(self) -> bool:
+        """Whether the server answers its own protocol now (sumi.infra._probe)."""
+        raise NotImplementedError
+
+    def running(self) -> bool:
+        """Whether its process (the watchdog, which lives exactly as long as the server) is up."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def relaunch(self) -> None:
+        """Stop what is left of it (a wedged server too: the watchdog kills its group) and launch it
+        again on the same data directory and ports; `wait_started` or `healthy` tell when it is back."""
+        stop_watched(self._proc)
+        self._proc = None
+        self.launch()
+
     def terminate(self) -> None:
         """Ask it to stop without waiting (`stop` waits): the broker and the database stop side by side."""
         if self._proc is not None and self._proc.poll() is None:

@@ -12,8 +12,10 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from sumi.core import logs
 from sumi.core import records as r
 from sumi.engines.sends import sent
+from sumi.engines.worklogs import LogTags
 from sumi.queue import _decide as d
 from sumi.queue._control import Code, Consumer
 from sumi.runtime import EnvSpec, HostError, Limits, Module, QueueBatch, QueueMessage
@@ -72,6 +74,8 @@ class BatchRun:
         return c
 
     async def _run(self) -> None:
+        space = self.code.space if self.code is not None else None
+        logs.tag(space=space, resource=self.consumer_uid, batch=self.batch.batchId)
         outcome, error = "threw", None
         try:
             outcome, error = await self._invoke()
@@ -127,6 +131,8 @@ class BatchRun:
             ],
         )
         env = EnvSpec(code.vars, list(code.queue_bindings), list(code.workflow_bindings))
+        tags = LogTags(code.space, code.worker, code.uid, self.consumer_uid, batch_id=self.batch.batchId)
+        self.ctx.log_sink = self.engine.worklogs.sink(tags)  # a warm context is retagged per batch
         result = await self.ctx.invoke_queue(batch, env, self.host_call)
         if result.ok:
             return "returned", None

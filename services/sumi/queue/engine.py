@@ -28,6 +28,7 @@ import logging
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer
+from prometheus_client import CollectorRegistry
 
 from sumi.control.state import OperationView
 from sumi.core import clock, codec, ids, kafka
@@ -37,11 +38,15 @@ from sumi.core.commands import Command, OperationReport, ResourceObserve, submit
 from sumi.core.config import Settings
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
+from sumi.engines import exporter
+from sumi.engines.metrics import PlumbingMetrics
 from sumi.engines.runtimes import Runtimes
+from sumi.engines.worklogs import WorkerLogs
 from sumi.queue import _decide as d
 from sumi.queue._batching import pick_version, plan
 from sumi.queue._contexts import ContextPool, Key
 from sumi.queue._control import LIVE, Code, Consumer, ControlTable
+from sumi.queue._metrics import QueueMetrics
 from sumi.queue._runs import BatchRun
 from sumi.queue._state import ENGINE_RECORDS, EngineState, evolve
 from sumi.runtime.types import Runtime
@@ -86,6 +91,10 @@ class Engine:
         self._last_sweep = 0
         self.runtimes = Runtimes()  # one per kind
         self.contexts = ContextPool(on_stopped=self.wake.set)
+        self.registry = CollectorRegistry()
+        self.worklogs = WorkerLogs(settings, self.registry)
+        self.metrics = QueueMetrics(self.registry)
+        self.plumbing = PlumbingMetrics(self.registry)
 
     # ---- emitting ----------------------------------------------------------------------------
 
@@ -93,6 +102,7 @@ class Engine:
         """Fold the engine's own records now and commit everything in order."""
         outs = []
         for rec in records:
+            self.metrics.observe(rec, self._space_of)
             if isinstance(rec, ENGINE_RECORDS):
                 evolve(self.state, rec)
             if isinstance(rec, r.CommandSubmitted):
@@ -106,6 +116,10 @@ class Engine:
         return submitted(
             command, command_id=ids.new_ulid(), space=space, principal="sumi-queue", admin=True, now=now_ms()
         )
+
+    def _space_of(self, queue_uid: str) -> str:
+        space = self.control.state.space_of(queue_uid)
+        return space.name if space is not None else ""
 
     def consumer(self, uid: str) -> Consumer | None:
         return self.control.consumer(uid)
@@ -269,7 +283,7 @@ class Engine:
         # A fetch is a long poll: the broker answers as soon as committed data is there, so
         # its wait only bounds idle polling. A short one costs the engine and the broker a
         # fetch round every few ms for nothing (a third of the engine's CPU under load).
-        consumer = kafka.new_consumer(self.settings, fetch_max_wait_ms=500, max_partition_fetch_bytes=4 << 20)
+        consumer = kafka.new_consumer(self.settings, max_partition_fetch_bytes=4 << 20)
         await kafka.started(stack, consumer)
         return consumer, await kafka.partitions(consumer, topic)
 
@@ -319,11 +333,18 @@ class Engine:
                 kafka.follow(queue_reader, self._fold_queue, self.wake.set),
                 kafka.follow(control_reader, self._fold_control, self.wake.set),
                 self.workflows.run(),
+                exporter.export(
+                    self.settings,
+                    "queue",
+                    self.registry,
+                    lambda: self.plumbing.refresh(self.runtimes, [queue_reader, control_reader]),
+                ),
             )
         finally:
             for run in list(self.runs.values()):
                 run.stop()
             await self.runtimes.close()
+            await self.worklogs.close()
 
     def _recover(self) -> None:
         """Every batch still open in the log was abandoned by an earlier engine."""

@@ -17,13 +17,14 @@ import itertools
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import _frames, _protocol, _walls
+from . import _frames, _lograte, _protocol, _walls
 from ._protocol import Invocation, ProtocolError
-from .types import HostCall, HostError
+from .types import HostCall, HostError, LogSink
 
 EXITED = {"op": "runtime_exited"}
 # What a context stopped for a bad frame may still send: how its requests and its stop end.
@@ -37,6 +38,7 @@ class ContextSink(Protocol):
     id: str
     host_call: HostCall | None
     host_tasks: set[asyncio.Task[None]]
+    log_sink: LogSink | None  # None: what it prints goes to the Host's own log
 
     def on_stopped(self, reason: str) -> None: ...
 
@@ -57,6 +59,7 @@ class _Request:
 class _ContextState:
     invocations: dict[int, Invocation] = field(default_factory=dict)  # by the invoke's reqId
     violated: bool = False
+    logs: _lograte.LogBucket = field(default_factory=_lograte.LogBucket)
 
 
 class Channel:
@@ -207,10 +210,11 @@ class Channel:
         if op == "host_call":
             self._start_host_call(frame, big)
         elif op == "log":
-            level, text = _protocol.check_log(frame)
-            self._log.log(_LEVELS[level], "[%s] %s", context_id, text, extra={"context_id": context_id})
+            level, text, dropped, step = _protocol.check_log(frame)
+            self._worker_log(context_id, level, text, dropped, step)
         elif op == "context_stopped":
             reason = _protocol.check_stopped(frame)
+            self._flush_drops(context_id)
             ctx = self.contexts.pop(context_id, None) if context_id is not None else None
             self._state.pop(context_id or "", None)
             if ctx is not None:
@@ -227,8 +231,43 @@ class Channel:
         del self._pending[req_id]
         if request.context_id is not None and (state := self._state.get(request.context_id)) is not None:
             state.invocations.pop(req_id, None)
+        if request.invocation is not None:
+            self._log_outcome(request.context_id, request.op, reply)
         if not request.future.done():
             request.future.set_result(reply)
+
+    def _worker_log(
+        self, context_id: str | None, level: str, text: str, dropped: int = 0, step: str | None = None
+    ) -> None:
+        """A line the context printed: to its sink within its rate, else to the Host's log.
+        Lines the runtime process already refused (`dropped`) join this side's count."""
+        ctx = self.contexts.get(context_id) if context_id is not None else None
+        if ctx is None or ctx.log_sink is None:
+            self._log.log(_LEVELS[level], "[%s] %s", context_id, text, extra={"context_id": context_id})
+            return
+        bucket = self._state_of(ctx.id).logs
+        if dropped:
+            bucket.dropped += dropped
+        elif bucket.admit(time.monotonic()):
+            self._flush_drops(ctx.id)
+            ctx.log_sink(level, text, 0, step)
+
+    def _flush_drops(self, context_id: str | None) -> None:
+        """Say how many lines the bucket refused since it last said so."""
+        ctx = self.contexts.get(context_id) if context_id is not None else None
+        state = self._state.get(context_id) if context_id is not None else None
+        if ctx is None or ctx.log_sink is None or state is None:
+            return
+        if dropped := state.logs.take_dropped():
+            ctx.log_sink("warn", _lograte.drop_notice(dropped), dropped, None)
+
+    def _log_outcome(self, context_id: str | None, op: str, reply: dict[str, Any]) -> None:
+        """An invocation ended: its drops are told, and its uncaught error (never rate-bound)."""
+        self._flush_drops(context_id)
+        ctx = self.contexts.get(context_id) if context_id is not None else None
+        line = _lograte.outcome_line(op, reply)
+        if ctx is not None and ctx.log_sink is not None and line is not None:
+            ctx.log_sink("error", line, 0, None)
 
     def _start_host_call(self, frame: dict[str, Any], big: bool = False) -> None:
         context_id = _protocol.context_of(frame)

@@ -29,6 +29,7 @@ from .types import (
     InvokeResult,
     Limits,
     LoadInfo,
+    LogSink,
     Module,
     QueueBatch,
     WorkflowInvocation,
@@ -61,6 +62,7 @@ class JsContext:
         self.id = context_id
         self.host_call = host_call
         self.host_tasks: set[asyncio.Task[None]] = set()
+        self.log_sink: LogSink | None = None  # set by the engine that invokes it, with its tags
         self.stop_reason: str | None = None
         self.violation: str | None = None
         self._runtime = runtime
@@ -235,6 +237,14 @@ class JsRuntime:
 
     def idle(self) -> bool:
         return self._channel is None or not self._channel.contexts
+
+    def alive(self) -> tuple[int, list[int]]:
+        """Its contexts running now, and the pids of its processes (for metrics)."""
+        channel = self._channel
+        if channel is None or not channel.alive:
+            return 0, []
+        pid = channel.sandboxed_pid
+        return len(channel.contexts), [pid] if pid else []
 
     async def close(self) -> None:
         self._closed = True

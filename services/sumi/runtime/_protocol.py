@@ -119,12 +119,19 @@ def context_of(frame: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= 128 else None
 
 
-def check_log(frame: Mapping[str, Any]) -> tuple[str, str]:
+def check_log(frame: Mapping[str, Any]) -> tuple[str, str, int, str | None]:
+    """(level, text, dropped, step): a `dropped` > 0 frame counts lines the runtime refused, not a
+    line; `step` names the step whose effect printed it (as the context says: a tag, not a fact)."""
     ctx = context_of(frame)
     level = frame.get("level")
     if level not in LOG_LEVELS:
         raise ProtocolError("log level must be one of debug, info, warn, error", ctx)
-    return str(level), _str(frame.get("text"), "log text", MAX_TEXT, ctx)
+    dropped = _int(frame.get("dropped", 0), "log dropped", 0, 2**31 - 1, ctx)
+    step = frame.get("step")
+    if step is not None:
+        step = _text(step, "log step", 1024, ctx)
+    # Well-formed: a line goes on a record, which cannot carry a lone surrogate.
+    return str(level), _text(frame.get("text"), "log text", MAX_TEXT, ctx), dropped, step
 
 
 def check_stopped(frame: Mapping[str, Any]) -> str:

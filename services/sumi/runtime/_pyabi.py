@@ -12,7 +12,7 @@ import base64
 import itertools
 import os
 import weakref
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,6 +36,8 @@ PACKAGE = "_sumi_worker"  # the Version's modules are this package's submodules
 
 
 class _Sender(Protocol):
+    step: Callable[[], str | None]  # the workflow step whose effect runs, for log lines
+
     def send(self, frame: dict[str, Any]) -> None: ...
 
     def log(self, level: str, text: str) -> None: ...
@@ -173,6 +175,10 @@ class Abi:
         # WF-44 provenance: only errors this runtime raised are in here.
         self._issued: weakref.WeakSet[BaseException] = weakref.WeakSet()
         self.halted = False  # a workflow execution reported its outcome: no more host calls (WF-46)
+
+    def watch_step(self, step: Callable[[], str | None]) -> None:
+        """What names the step of each line the worker prints (a workflow execution's)."""
+        self._child.step = step
 
     async def call(self, method: str, args: dict[str, Any]) -> Any:
         """At most MAX_IN_FLIGHT calls are on the channel; a slot frees when the reply

@@ -21,6 +21,7 @@ import json
 import os
 import resource
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from . import _confine, _frames
@@ -53,6 +54,7 @@ class Child:
         self.abi = Abi(self)
         self.main: Any = None
         self.load_error: str | None = None
+        self.step: Callable[[], str | None] = lambda: None  # set by a workflow execution (_pyabi)
         self.limits: Limits | None = None
 
     def send(self, frame: dict[str, Any]) -> None:
@@ -61,7 +63,10 @@ class Child:
             data = data[os.write(self._out, data) :]
 
     def log(self, level: str, text: str) -> None:
-        self.send({"op": "log", "contextId": self.context_id, "level": level, "text": text})
+        frame = {"op": "log", "contextId": self.context_id, "level": level, "text": text}
+        if (step := self.step()) is not None:
+            frame["step"] = step
+        self.send(frame)
 
     def start(self, frame: dict[str, Any]) -> None:
         self.context_id = str(frame["contextId"])

@@ -35,6 +35,7 @@ from .types import (
     InvokeResult,
     Limits,
     LoadInfo,
+    LogSink,
     Module,
     QueueBatch,
     WorkflowInvocation,
@@ -91,6 +92,7 @@ class PyContext:
         self._host = host_call
         self.host_call: HostCall | None = self._call  # what the channel calls: _call, metered
         self.host_tasks: set[asyncio.Task[None]] = set()
+        self.log_sink: LogSink | None = None  # set by the engine that invokes it, with its tags
         self.stop_reason: str | None = None
         self._forced_reason: str | None = None
         self._channel = channel
@@ -144,6 +146,10 @@ class PyContext:
     def violated(self, reason: str) -> None:
         log.warning("python context %s stopped: it broke the runtime protocol (%s)", self.id, reason)
         asyncio.get_running_loop().create_task(self.stop())
+
+    @property
+    def sandboxed_pid(self) -> int | None:
+        return self._channel.sandboxed_pid if self._channel.alive else None
 
     async def load_info(self) -> LoadInfo:
         reply = await self._channel.request({"op": "load_info", "contextId": self.id})
@@ -309,6 +315,10 @@ class PyRuntime:
 
     def idle(self) -> bool:
         return not self._contexts
+
+    def alive(self) -> tuple[int, list[int]]:
+        """Its contexts running now, and the pids of their processes (for metrics)."""
+        return len(self._contexts), [pid for ctx in self._contexts if (pid := ctx.sandboxed_pid) is not None]
 
     async def close(self) -> None:
         contexts, self._contexts = self._contexts, set()

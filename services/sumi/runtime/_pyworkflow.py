@@ -383,6 +383,7 @@ async def run_workflow(abi: Abi, main: Any, invocation: dict[str, Any], env: Any
     """One execution: ``cls(env).run(event, step)`` once; the outcome as the wire wants it (WF-29..45)."""
     outcome: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
     step = Step(abi, invocation, outcome.set_result)
+    abi.watch_step(lambda: step._active)
 
     async def run() -> Any:
         cls: Any = getattr(main, str(invocation.get("className")), None)

@@ -16,6 +16,10 @@ STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
 
 # async def host_call(context_id, method, args) -> value; raise HostError to reject.
 HostCall = Callable[[str, str, dict[str, Any]], Awaitable[Any]]
+# def log_sink(level, text, dropped, step): what a context printed, past its rate bound; `dropped` > 0
+# makes the line a notice of that many lines refused (sumi.runtime._lograte); `step` names the
+# workflow step whose effect printed it, if any.
+LogSink = Callable[[str, str, int, str | None], None]
 
 
 class HostError(Exception):

@@ -10,11 +10,13 @@ does the run publish sleeping, waiting or a terminal status (WF-46).
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from sumi.control.state import VersionView
-from sumi.core import ids
+from sumi.core import ids, logs
 from sumi.engines.sends import sent
+from sumi.engines.worklogs import LogTags
 from sumi.runtime import EnvSpec, HostError, Limits, Module
 from sumi.runtime.allocation import pick_version
 from sumi.runtime.types import StepRecord, WorkflowInvocation, WorkflowOutcome
@@ -80,6 +82,8 @@ class ContextRun:
             asyncio.ensure_future(self._stop_ctx())
 
     async def _run(self) -> None:
+        inst = self.inst
+        logs.tag(space=inst.space, resource=inst.workflow_uid, instance=inst.instance_id)
         try:
             outcome = await self._execute()
         except Exception as exc:  # the runtime failed: the context is gone, a new one replays
@@ -109,6 +113,8 @@ class ContextRun:
         if self.stopping:
             return WorkflowOutcome("stopped", reason="stopped")
         env = EnvSpec(code.vars, list(code.queue_bindings), list(code.workflow_bindings))
+        tags = LogTags(code.space, code.worker, code.uid, inst.workflow_uid, instance_id=inst.instance_id)
+        self.ctx.log_sink = self.engine.worklogs.sink(tags)
         result: WorkflowOutcome = await self.ctx.invoke_workflow(
             invocation(self.inst, self.class_name, self.engine.limits), env, self.call
         )
@@ -152,6 +158,7 @@ class ContextRun:
     # ---- host calls ---------------------------------------------------------------------
 
     async def call(self, context_id: str, method: str, args: dict[str, Any]) -> Any:
+        started = time.monotonic()
         try:
             return await self._call(method, args)
         except HostError as exc:  # kept: the runtime may give up on the run for it (engine `_death`)
@@ -160,6 +167,9 @@ class ContextRun:
         except Exception as exc:  # a bug in the Host: the runtime sees backend_unavailable
             self.refused = f"{method}: {exc!r}"
             raise
+        finally:
+            if (inst := self.engine.instances.get(self.key)) is not None:
+                self.engine.metrics.call(inst.space, inst.workflow_uid, method, time.monotonic() - started)
 
     async def _call(self, method: str, args: dict[str, Any]) -> Any:
         code = self.engine.control.code(self.inst.version_uid or "")

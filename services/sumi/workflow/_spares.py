@@ -7,12 +7,11 @@ mode, every step. A spare is started before it is needed and handed to
 one execution only, then stopped with it: it has run nothing before (module evaluation
 is part of every context's start), so WF-32's fresh objects, closures and module state
 hold exactly as for a context started on demand. Spares are kept only for Versions that
-ran an execution lately, and only a few per Version (`SUMI_WORKFLOW_SPARE_CONTEXTS`).
+ran an execution lately, and only a few per Version (`Settings.workflow_spare_contexts`).
 """
 
 import asyncio
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
 from sumi.control.state import VersionView
@@ -27,8 +26,7 @@ log = logging.getLogger("sumi.workflow")
 class Spares:
     def __init__(self, engine: "Engine", per_version: int | None = None) -> None:
         self.engine = engine
-        env = os.environ.get("SUMI_WORKFLOW_SPARE_CONTEXTS", "2")
-        self.per_version = int(env) if per_version is None else per_version
+        self.per_version = engine.settings.workflow_spare_contexts if per_version is None else per_version
         self._ready: dict[str, list[Any]] = {}
         self._starting: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()

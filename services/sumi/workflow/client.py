@@ -7,6 +7,10 @@ instance (`_state.evolve`), so `get` and `status()` answer from the same facts t
 workflow engine decided on, and a create's own instance is known once its decision is
 (both are in one transaction, on one partition). No answer in time, or a broker that
 cannot take the command: `backend_unavailable` (WF-27).
+
+It starts following on the first call: a queue engine whose handlers never call a
+Workflow reads nothing of the instance log (before, every queue engine decoded every step
+of every workflow, idle queues or not).
 """
 
 import asyncio
@@ -37,14 +41,16 @@ class WorkflowClient:
         self.waiting: dict[str, asyncio.Future[r.CommandDecided]] = {}
         self.producer: AIOKafkaProducer | None = None
         self.ready = asyncio.Event()
+        self.wanted = asyncio.Event()
         self.off_loop = OffLoop()
 
     async def run(self) -> None:
-        """Follow the instance log (run beside the host engine's own loops)."""
+        """Follow the instance log once a binding is called (run beside the host engine's own loops)."""
+        await self.wanted.wait()
         # The clients stop however this ends, a stop signal while they start included.
         async with contextlib.AsyncExitStack() as stack:
             self.producer = await kafka.started(stack, kafka.new_producer(self.settings))
-            consumer = await kafka.started(stack, kafka.new_consumer(self.settings, fetch_max_wait_ms=100))
+            consumer = await kafka.started(stack, kafka.new_consumer(self.settings))
             tps = await kafka.partitions(consumer, self.settings.topic("workflow"))
             await kafka.read_to_end(consumer, tps, self._fold)
             self.ready.set()
@@ -96,6 +102,7 @@ class WorkflowClient:
         raise Problem("invalid_request", f"unknown binding method {method}")
 
     async def _ready(self) -> None:
+        self.wanted.set()
         try:
             await asyncio.wait_for(self.ready.wait(), self.settings.decision_timeout)
         except TimeoutError:

@@ -43,6 +43,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from prometheus_client import CollectorRegistry
 
 from sumi.core import clock, ids, kafka, sealing
 from sumi.core import records as r
@@ -52,14 +53,17 @@ from sumi.core.commands import OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
-from sumi.engines import fair
+from sumi.engines import exporter, fair
+from sumi.engines.metrics import PlumbingMetrics
 from sumi.engines.runtimes import Runtimes
+from sumi.engines.worklogs import WorkerLogs
 from sumi.runtime.types import Runtime, WorkflowOutcome
 from sumi.workflow import _decide as d
 from sumi.workflow import _keys
 from sumi.workflow import commands as c
 from sumi.workflow._bindings import Bindings
 from sumi.workflow._control import WorkflowControl
+from sumi.workflow._metrics import WorkflowMetrics
 from sumi.workflow._runs import LIMIT_STOPS, RUNTIME_FAILED, ContextRun
 from sumi.workflow._spares import Spares
 from sumi.workflow._state import Counts, Instance
@@ -122,6 +126,10 @@ class Engine:
         self.outbox: Outbox | None = None
         self.last_put: asyncio.Future[None] | None = None
         self.runtimes = Runtimes()  # one per kind
+        self.registry = CollectorRegistry()
+        self.worklogs = WorkerLogs(settings, self.registry)
+        self.metrics = WorkflowMetrics(self.registry)
+        self.plumbing = PlumbingMetrics(self.registry)
         self._last_observe = 0
         self.closing = False
 
@@ -161,7 +169,9 @@ class Engine:
     def emit(self, key: str, records: Sequence[r.Record]) -> "asyncio.Future[None]":
         """Fold now, commit in order; the future resolves once the transaction holding them committed."""
         outs: list[tuple[str, str, Any]] = []
+        inst = self.instances.get(key)
         for rec in records:
+            self.metrics.observe(rec, inst.space if inst is not None else "")
             if isinstance(rec, r.CommandSubmitted):  # to the control plane (observe, report)
                 outs.append((self.settings.topic("commands"), rec.space, rec))
             elif isinstance(rec, r.MessageAccepted):  # a queue binding's send from a run
@@ -518,10 +528,7 @@ class Engine:
     async def _reader(
         self, stack: contextlib.AsyncExitStack, topic: str, group: str | None = None
     ) -> tuple[AIOKafkaConsumer, list[TopicPartition]]:
-        # Commands are read with a short long-poll (they wait for an answer); the logs with a long one.
-        consumer = kafka.new_consumer(
-            self.settings, group, fetch_max_wait_ms=100 if group else 500, max_partition_fetch_bytes=4 << 20
-        )
+        consumer = kafka.new_consumer(self.settings, group, max_partition_fetch_bytes=4 << 20)
         await kafka.started(stack, consumer)
         return consumer, await kafka.partitions(consumer, topic)
 
@@ -610,6 +617,8 @@ class Engine:
                 tasks.create_task(self._commit_offsets(commands, admin))
                 tasks.create_task(kafka.follow(control_reader, self._fold_control, self._control_changed))
                 tasks.create_task(self._recheck(control_reader, control_tps))
+                refresh = lambda: self._refresh_metrics([commands, control_reader])  # noqa: E731
+                tasks.create_task(exporter.export(self.settings, "workflow", self.registry, refresh))
         finally:
             self.closing = True
             await self.spares.close()
@@ -623,6 +632,15 @@ class Engine:
                     task.cancel()  # e.g. one still starting its runtime process
                 await asyncio.gather(*pending, return_exceptions=True)
             await self.runtimes.close()
+            await self.worklogs.close()
+
+    async def _refresh_metrics(self, readers: list[AIOKafkaConsumer]) -> None:
+        self.metrics.count(self.counts.per, self._space_of)
+        await self.plumbing.refresh(self.runtimes, readers)
+
+    def _space_of(self, uid: str) -> str:
+        space = self.control.state.space_of(uid)
+        return space.name if space is not None else ""
 
 
 def warn_if_nonconformant(settings: Settings) -> None:

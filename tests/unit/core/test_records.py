@@ -63,6 +63,8 @@ SAMPLES = [
     r.RecordQuarantined(
         "control", "sumi.commands", 2, 41, "unknown_schema", "fingerprint 00", 21, b"\xc3\x01", b"demo"
     ),
+    r.WorkerLogged("demo", "res_w", "res_v", "res_c", "info", "hello", 42, "bat_1", None, None, 0),
+    r.MetricsSnapshot("queue", "host:42", "# HELP x y\n", 43),
 ]
 
 

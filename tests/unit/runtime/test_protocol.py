@@ -72,6 +72,8 @@ def test_good_host_calls_pass_unchanged() -> None:
         {"op": "log", "contextId": "c1", "level": 5, "text": "x"},
         {"op": "log", "contextId": "c1", "level": "info", "text": {"a": 1}},
         {"op": "log", "contextId": "c1", "level": "info", "text": "x" * 20_000},
+        {"op": "log", "contextId": "c1", "level": "warn", "text": "x", "dropped": -1},
+        {"op": "log", "contextId": "c1", "level": "warn", "text": "x", "dropped": "many"},
     ],
 )
 def test_bad_log_frames(frame: dict[str, object]) -> None:

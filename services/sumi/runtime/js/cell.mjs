@@ -23,6 +23,7 @@ const post = (msg) => parentPort.postMessage(msg);
 const LEVELS = new Set(['debug', 'info', 'warn', 'error']);
 const REASONS = new Set(['threw', 'cpu_limit', 'heap_limit', 'wall_limit', 'stopped']);
 const MAX_LOG_TEXT = 16 * 1024;
+const MAX_STEP_NAME = 256; // WF-34: step names are 1..256 characters
 const MAX_ERROR_TEXT = 4 * 1024;
 const text = (v, n) => (typeof v === 'string' ? (v.length > n ? v.slice(0, n) : v) : '');
 const isId = (v) => Number.isSafeInteger(v) && v > 0;
@@ -124,8 +125,9 @@ function bridgeOf(ctx) {
     try {
       switch (kind) {
         case 'log': {
-          const [level, line] = JSON.parse(payload);
-          post({ type: 'log', ctx: id, level: LEVELS.has(level) ? level : 'info', text: text(line, MAX_LOG_TEXT) });
+          const [level, line, step] = JSON.parse(payload);
+          const named = typeof step === 'string' ? { step: text(step, MAX_STEP_NAME) } : {};
+          post({ type: 'log', ctx: id, level: LEVELS.has(level) ? level : 'info', text: text(line, MAX_LOG_TEXT), ...named });
           return undefined;
         }
         case 'call': {

@@ -32,6 +32,11 @@ const cells = new Set();
 // the runtime's memory. Frames that carry results or host calls are never
 // dropped; they are bounded by the sandbox's caps on calls in flight.
 const LOG_BACKLOG = 8 * 1024 * 1024;
+// Each context's lines are bounded here too, by the same token bucket as the Host's
+// (sumi/runtime/_lograte.py): a worker printing in a loop then costs the Host a counter, not a
+// frame per line. What is refused is counted and told in one frame (`dropped`).
+const LOG_RATE = 100;
+const LOG_BURST = 500;
 
 // Writes one frame; false if it could not be written (too large for the
 // channel), in which case the caller stops the context it belongs to.
@@ -178,6 +183,8 @@ class Context {
     this.stepCalls = new Map(); // callId -> step name, of step calls the Host has not answered
     this.steps = new Set();     // step names this context's execution has seen completed
     this.droppedLogs = 0;
+    this.logTokens = LOG_BURST;
+    this.logAt = Date.now();
     this.dropTimer = null;
     this.ready = new Promise((resolve) => { this.resolveReady = resolve; });
     this.cell = cellFor(typeof key === 'string' && key ? key : null, this.limits);
@@ -206,13 +213,20 @@ class Context {
     if (handler(this, m) === false) this.decideStop('threw', new Error(`${m.type} too large for the channel`));
   }
 
-  log(level, text) {
-    if (process.stdout.writableLength > LOG_BACKLOG) { this.droppedLogs++; return true; }
-    if (this.droppedLogs) {
-      send({ op: 'log', contextId: this.id, level: 'warn', text: `${this.droppedLogs} log lines dropped (output backlog)` });
-      this.droppedLogs = 0;
-    }
-    return send({ op: 'log', contextId: this.id, level, text });
+  log(level, text, step) {
+    const now = Date.now();
+    this.logTokens = Math.min(LOG_BURST, this.logTokens + ((now - this.logAt) / 1000) * LOG_RATE);
+    this.logAt = now;
+    if (this.logTokens < 1 || process.stdout.writableLength > LOG_BACKLOG) { this.droppedLogs++; return true; }
+    this.logTokens -= 1;
+    this.tellDropped();
+    return send({ op: 'log', contextId: this.id, level, text, ...(step === undefined ? {} : { step }) });
+  }
+
+  tellDropped() {
+    if (!this.droppedLogs) return;
+    send({ op: 'log', contextId: this.id, level: 'warn', text: 'log lines dropped', dropped: this.droppedLogs });
+    this.droppedLogs = 0;
   }
 
   invoke(reqId, message) { // message: {type: 'invoke_queue', batch, env} | {type: 'invoke_workflow', invocation, env}
@@ -300,7 +314,7 @@ const fromWorker = {
       : { handlers: m.handlers, workflowClasses: m.workflowClasses });
   },
   log(c, m) {
-    return c.log(m.level, m.text);
+    return c.log(m.level, m.text, typeof m.step === 'string' ? m.step : undefined);
   },
   host_call(c, m) {
     if (!isId(m.callId) || typeof m.method !== 'string') return true;
@@ -311,6 +325,7 @@ const fromWorker = {
     const reqId = c.invocations.get(m.invocationId);
     if (reqId === undefined) return true;
     c.invocations.delete(m.invocationId);
+    c.tellDropped(); // before the result: the Host tells an invocation's drops when it ends
     return send(m.outcome !== undefined ? { op: 'invoke_result', reqId, contextId: c.id, ...m.outcome } : invokeResult(reqId, c.id, m.result));
   },
 };

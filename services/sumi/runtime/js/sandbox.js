@@ -491,10 +491,13 @@
         return `{ ${parts.join(', ')} }`;
       } finally { seen.delete(v); }
     };
+    // A workflow context's lines name the step whose effect (or call) is unsettled, if any.
+    let stepNow = () => null;
     const logger = (level) => (...args) => {
       let text;
       try { text = String(args.map((a) => fmt(a, 0, new Set())).join(' ')); } catch { text = '[unformattable]'; }
-      send('log', encode([level, truncate(text, MAX_LOG_TEXT)]));
+      const step = stepNow();
+      send('log', encode(step === null ? [level, truncate(text, MAX_LOG_TEXT)] : [level, truncate(text, MAX_LOG_TEXT), step]));
     };
     const console = freeze({
       log: logger('info'), info: logger('info'), debug: logger('debug'),
@@ -718,7 +721,10 @@
     };
 
     const workflow = extensions && extensions.installWorkflow
-      ? extensions.installWorkflow({ hostCall, makeHostError, checkDocument: extensions.checkDocument, describe, isWorkflowClass })
+      ? extensions.installWorkflow({
+        hostCall, makeHostError, checkDocument: extensions.checkDocument, describe, isWorkflowClass,
+        watchStep(fn) { stepNow = fn; },
+      })
       : null;
 
     let mainNs = null;

@@ -225,6 +225,7 @@
       for (let i = 0; i < names.length; i++) apply(MapSet, completed, [names[i], own(history, names[i])]);
       const pendingKinds = own(inv, 'pendingKinds') || {};
       let active = null; // the one unsettled live step: {name, kind}
+      deps.watchStep(() => (active === null ? null : active.name)); // its log lines name it
       // WF-38: the Host's limits as of the context start (none from an older Host: the Host judges).
       const limit = (v) => (typeof v === 'number' ? v : Infinity);
       const stepsLeft = limit(own(inv, 'stepsLeft'));

@@ -1,0 +1,52 @@
+"""A service's own metrics, sent to the gateway for a single scrape of the whole Host.
+
+Every few seconds the service renders its registry (Prometheus text) and sends it as a
+`MetricsSnapshot` keyed by service and process to the compacted `<prefix>.metrics` topic;
+the gateway keeps the latest of each and serves them with its own (sumi.gateway._gather).
+Rejected: a metrics port per service, which the gateway would have to be told of for every
+copy on every machine; the topic reaches every copy wherever it runs, as the other records do.
+"""
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from sumi.core import kafka
+from sumi.core.clock import now_ms
+from sumi.core.config import Settings
+from sumi.core.records import MetricsSnapshot
+
+log = logging.getLogger("sumi.metrics")
+EVERY_S = 2.0
+
+
+def instance_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def export(
+    settings: Settings, service: str, registry: CollectorRegistry, refresh: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """Send the registry every EVERY_S seconds until cancelled; a failed send is tried again."""
+    producer = kafka.new_producer(settings, enable_idempotence=False, acks=1)
+    key = f"{service}/{instance_name()}"
+    try:
+        await producer.start()
+        while True:
+            try:
+                if refresh is not None:
+                    await refresh()
+                text = generate_latest(registry).decode()
+                snapshot = MetricsSnapshot(service, instance_name(), text, now_ms())
+                await kafka.send(producer, settings.topic("metrics"), key, snapshot, settings.partitions)
+            except Exception as exc:  # metrics are never a reason to stop the work
+                log.warning("metrics snapshot not sent: %r", exc)
+            await asyncio.sleep(EVERY_S)
+    finally:
+        with contextlib.suppress(Exception):
+            await producer.stop()

@@ -1,0 +1,362 @@
+"""The workflow benchmark through the front door, beside DBOS Transact and the floors.
+
+Run: python -m tests.bench.bench_http
+
+A whole Host (every service its own process, as `sumi up` runs them) on one broker
+and one PostgreSQL; the client creates 10-step instances with `POST .../instances`
+over HTTP and reads each one back with `GET` once the instance log says it ended,
+so every figure includes the gateway, the decision's way back and the read model:
+- instances/s, committed steps/s, `POST` latency, create -> complete (as a `GET`
+  sees it) and one `step.do` (from the call to its committed result, measured
+  inside the workflow), at concurrency 1 and 100;
+- CPU seconds per process during the c=100 run;
+- DBOS Transact with the same workflow, same PostgreSQL, same session;
+- the floors measured in the same run: a Kafka transaction commit (one record),
+  an acks=all produce, a PostgreSQL commit.
+Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+import uuid
+from typing import Any
+
+import httpx
+import psutil
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from sumi.core import codec, kafka
+from sumi.core import records as r
+from tests.bench.bench_workflow import STEPS, TEN, dbos_bench, pct, pool
+from tests.conformance.kit import Api, Flows
+from tests.hostkit import Host, SpaceFixture, new_settings, running_host
+from tests.httpkit import WORKFLOW
+
+N1 = int(os.environ.get("BENCH_WF_N1", "30"))
+N100 = int(os.environ.get("BENCH_WF_N100", "600"))
+_STATUS_FP = codec.encode(r.InstanceStatusChanged("w", "i", "queued", 0))[2:10]
+_DECIDED_FP = codec.encode(r.CommandDecided("c", "s", "p", "k", True, 201, 0))[2:10]
+_SUBMITTED_FP = codec.encode(r.CommandSubmitted("c", "k", "s", "p", False, "{}", 0))[2:10]
+
+
+class Ends:
+    """Follows the instance log (read_committed) and resolves a future when an instance ends;
+    notes, per instance, when its create command was appended, when the engine sent its
+    decision, and when that decision became readable (committed)."""
+
+    def __init__(self, host: Host) -> None:
+        self.settings = host.settings
+        self.waiting: dict[str, asyncio.Future[None]] = {}
+        self.appended: dict[str, float] = {}
+        self.decided: dict[str, tuple[float, float]] = {}  # instance -> (sent, readable)
+        self.instance_of: dict[str, str] = {}  # command ID -> instance ID
+        self.task: asyncio.Task[None] | None = None
+
+    def ended(self, iid: str) -> asyncio.Future[None]:
+        return self.waiting.setdefault(iid, asyncio.get_running_loop().create_future())
+
+    async def start(self) -> None:
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            fetch_max_wait_ms=5,
+        )
+        await self.consumer.start()
+        tps = [
+            TopicPartition(self.settings.topic(topic), p)
+            for topic in ("workflow", "workflow.commands")
+            for p in range(self.settings.partitions)
+        ]
+        self.consumer.assign(tps)
+        await self.consumer.seek_to_end(*tps)
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            batch = await self.consumer.getmany(timeout_ms=100, max_records=10_000)
+            now = time.time()
+            for msgs in batch.values():
+                for m in msgs:
+                    if m.value[2:10] == _SUBMITTED_FP and m.key:
+                        rec = codec.decode(m.value)
+                        iid = m.key.decode().rsplit("/", 1)[-1]
+                        self.appended[iid] = m.timestamp / 1000
+                        self.instance_of[rec.commandId] = iid
+                        continue
+                    if m.value[2:10] == _DECIDED_FP:
+                        rec = codec.decode(m.value)
+                        if rec.commandId in self.instance_of:
+                            self.decided[self.instance_of[rec.commandId]] = (m.timestamp / 1000, now)
+                        continue
+                    if m.value[2:10] != _STATUS_FP:
+                        continue
+                    rec = codec.decode(m.value)
+                    if isinstance(rec, r.InstanceStatusChanged) and rec.status in ("complete", "errored"):
+                        self.ended(rec.instanceId).set_result(None) if not self.ended(rec.instanceId).done() else None
+
+    async def stop(self) -> None:
+        if self.task:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        await self.consumer.stop()
+
+
+async def sumi_run(flows: Flows, ends: Ends, n: int, concurrency: int) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:6]
+    posts: list[float] = []
+    phases: dict[str, list[float]] = {
+        "post->appended": [],
+        "appended->decided": [],
+        "decided->readable": [],
+        "readable->answered": [],
+    }
+    to_complete: list[float] = []
+    lat: list[float] = []
+    starts: list[float] = []
+
+    async def one(i: int) -> None:
+        iid = f"{tag}-{i}"
+        ended = ends.ended(iid)
+        t0, w0 = time.perf_counter(), time.time()
+        resp = await flows.create({"id": iid})
+        t1, w1 = time.perf_counter(), time.time()
+        assert resp.status_code == 201, resp.text
+        posts.append((t1 - t0) * 1000)
+        starts.append(t1)
+        await asyncio.wait_for(ended, 300)
+        while True:  # what a user sees: the read model says complete
+            got = await flows.get(iid)
+            body = got.json()
+            if body["status"] == "complete":
+                break
+            assert body["status"] not in ("errored", "terminated"), body
+            await asyncio.sleep(0.002)
+        to_complete.append((time.perf_counter() - t0) * 1000)
+        if iid in ends.appended and iid in ends.decided:
+            appended, (sent, readable) = ends.appended[iid], ends.decided[iid]
+            for phase, ms in zip(phases, (appended - w0, sent - appended, readable - sent, w1 - readable), strict=True):
+                phases[phase].append(ms * 1000)
+        lat.extend(body["output"]["lat"][1:])  # the first one also waits for the context start
+
+    elapsed = await pool(n, concurrency, one)
+    span = (max(starts) - min(starts)) if len(starts) > 1 else elapsed
+    out = {
+        "system": f"sumi/http c={concurrency}",
+        "instances": n,
+        "creates_per_s": round(n / max(span * n / max(n - 1, 1), 1e-3), 1),
+        "steps_per_s": round(n * STEPS / elapsed, 1),
+        "step_p50_ms": round(pct(lat, 50), 2),
+        "step_p99_ms": round(pct(lat, 99), 2),
+        "post_p50_ms": round(pct(posts, 50), 2),
+        "post_p99_ms": round(pct(posts, 99), 2),
+        "create_to_complete_p50_ms": round(pct(to_complete, 50), 2),
+        "create_to_complete_p99_ms": round(pct(to_complete, 99), 2),
+        "create_phases_p50_ms": {phase: round(pct(v, 50), 1) for phase, v in phases.items()},
+    }
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def processes(host: Host) -> dict[str, list[psutil.Process]]:
+    """Each service by name with its runtime processes; the broker and PostgreSQL; this client."""
+    out: dict[str, list[psutil.Process]] = {"bench client": [psutil.Process()]}
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            cmd = p.cmdline()
+            if "serve" in cmd and cmd.index("serve") + 1 < len(cmd):
+                name = cmd[cmd.index("serve") + 1]
+                out.setdefault(name, []).extend([p, *p.children(recursive=True)])
+    for p in psutil.process_iter(["name", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if p.info["name"] == "java" and "kafka" in cmd:
+            out.setdefault("kafka", []).append(p)
+        elif (p.info["name"] or "").startswith("postgres"):
+            out.setdefault("postgres", []).append(p)
+    return out
+
+
+def cpu(parts: dict[str, list[psutil.Process]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, procs in parts.items():
+        total = 0.0
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        out[name] = total
+    return out
+
+
+async def floors(host: Host) -> dict[str, float]:
+    """What no design on this machine beats: p50 of an acks=all produce, of a one-record Kafka
+    transaction (back to back, as an engine commits; with aiokafka's own retry of a transaction begun
+    while the last one's markers are written, and with sumi's shorter one), and of a
+    PostgreSQL commit of one row."""
+    import psycopg
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.producer import sender
+
+    s = host.settings
+    topic = f"{s.topic_prefix}.bench-floor"
+    admin = AIOKafkaAdminClient(bootstrap_servers=s.kafka_bootstrap)
+    await admin.start()
+    await admin.create_topics([NewTopic(topic, s.partitions, s.replication)])
+    await admin.close()
+    plain = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, acks="all", enable_idempotence=True)
+    await plain.start()
+    produce: list[float] = []
+    try:
+        for _ in range(200):
+            t0 = time.perf_counter()
+            await plain.send_and_wait(topic, b"x", key=b"bench")
+            produce.append((time.perf_counter() - t0) * 1000)
+    finally:
+        await plain.stop()
+    commits: dict[float, list[float]] = {}
+    default, ours = sender.BACKOFF_OVERRIDE, kafka.TXN_RETRY_S
+    for backoff in (default, ours):
+        sender.BACKOFF_OVERRIDE = backoff
+        txn = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, transactional_id=f"bench-{uuid.uuid4().hex[:6]}")
+        await txn.start()
+        try:
+            for _ in range(200):
+                t0 = time.perf_counter()
+                async with txn.transaction():
+                    await txn.send(topic, b"x", key=b"bench")
+                commits.setdefault(backoff, []).append((time.perf_counter() - t0) * 1000)
+        finally:
+            await txn.stop()
+    sender.BACKOFF_OVERRIDE = default
+    pg = []
+    async with await psycopg.AsyncConnection.connect(s.database_url) as conn:
+        await conn.execute("CREATE TEMP TABLE bench_floor (k int)")
+        for i in range(200):
+            t0 = time.perf_counter()
+            async with conn.transaction():
+                await conn.execute("INSERT INTO bench_floor VALUES (%s)", (i,))
+            pg.append((time.perf_counter() - t0) * 1000)
+    out = {
+        "kafka_produce_p50_ms": round(pct(produce, 50), 2),
+        f"kafka_txn_commit_p50_ms (aiokafka {default * 1000:g} ms retry)": round(pct(commits[default], 50), 2),
+        f"kafka_txn_commit_p50_ms (sumi {ours * 1000:g} ms retry)": round(pct(commits[ours], 50), 2),
+        "postgres_commit_p50_ms": round(pct(pg, 50), 2),
+    }
+    print(json.dumps({"floors": out}), flush=True)
+    return out
+
+
+async def projection_lag(host: Host, ends: Ends) -> list[int]:
+    """How far the workflow read model trails the instance log: a queue everyone's answer waits in."""
+    import psycopg
+
+    s, samples = host.settings, []
+    tps = [TopicPartition(s.topic("workflow"), p) for p in range(s.partitions)]
+    async with await psycopg.AsyncConnection.connect(s.database_url, autocommit=True) as conn:
+        try:
+            while True:
+                await asyncio.sleep(2)
+                end = await ends.consumer.end_offsets(tps)
+                rows = await (
+                    await conn.execute(
+                        f"SELECT partition, next_offset FROM {s.db_schema}.projection_offsets "
+                        "WHERE projection = 'workflow' AND topic = %s",
+                        (s.topic("workflow"),),
+                    )
+                ).fetchall()
+                applied = dict(rows)
+                samples.append(sum(end[tp] - applied.get(tp.partition, 0) for tp in tps))
+        except asyncio.CancelledError:
+            return samples
+
+
+async def lag_samples(task: asyncio.Task[list[int]]) -> list[int]:
+    try:
+        return await task
+    except asyncio.CancelledError:
+        return []
+
+
+async def sumi_bench(host: Host) -> list[dict[str, Any]]:
+    admin = {"Authorization": f"Bearer {host.admin_token}"}
+    # Below the gateway's 5 s keep-alive: a connection is never reused as the server closes it.
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200, keepalive_expiry=2.0)
+    async with httpx.AsyncClient(base_url=host.url, timeout=120, limits=limits) as client:
+        name = "bench-" + uuid.uuid4().hex[:8]
+        assert (await client.post("/v2/spaces", json={"name": name}, headers=admin)).status_code == 201
+        resp = await client.post(
+            "/v2/tokens",
+            headers=admin,
+            json={"principal": f"ed-{name}", "grants": [{"space": name, "role": "editor"}], "admin": False},
+        )
+        api = Api(client, SpaceFixture(name, resp.json()["token"], ""))
+        worker = await api.worker(source=TEN, handlers=())
+        flows = Flows(
+            api,
+            await api.create(
+                f"wf-{uuid.uuid4().hex[:8]}", WORKFLOW, {"worker": {"resourceUid": worker}, "className": "Ten"}
+            ),
+        )
+        ends = Ends(host)
+        await ends.start()
+        try:
+            await sumi_run(flows, ends, 5, 5)  # warm-up: runtime started, JIT, connections
+            one = await sumi_run(flows, ends, N1, 1)
+            parts = processes(host)
+            before, t0 = cpu(parts), time.perf_counter()
+            lag = asyncio.create_task(projection_lag(host, ends))
+            hundred = await sumi_run(flows, ends, N100, 100)
+            after, elapsed = cpu(parts), time.perf_counter() - t0
+            lag.cancel()
+            print(json.dumps({"workflow projection lag (records), every 2 s": await lag_samples(lag)}), flush=True)
+            seconds = {k: round(after[k] - before[k], 1) for k in after}
+            print(json.dumps({"sumi c=100 cpu seconds": seconds, "wall seconds": round(elapsed, 1)}), flush=True)
+            return [one, hundred]
+        finally:
+            await ends.stop()
+
+
+async def bench(host: Host) -> None:
+    await floors(host)
+    ours = await sumi_bench(host)
+    theirs = await dbos_bench(host.settings.database_url)
+    for a, b in zip(ours, theirs, strict=True):
+        print(
+            json.dumps(
+                {
+                    "ratio": f"{a['system']} / {b['system']}",
+                    "steps_per_s": round(a["steps_per_s"] / b["steps_per_s"], 2),
+                    "step_p50": round(a["step_p50_ms"] / b["step_p50_ms"], 2),
+                }
+            ),
+            flush=True,
+        )
+    c1, c100 = ours
+    targets = {
+        "c=100 steps/s >= 1000": c100["steps_per_s"] >= 1000,
+        "c=100 POST p50 <= 50 ms": c100["post_p50_ms"] <= 50,
+        "c=1 step p50 <= 5 ms": c1["step_p50_ms"] <= 5,
+        "c=1 POST p50 <= 10 ms": c1["post_p50_ms"] <= 10,
+        "c=1 create->complete p50 <= 50 ms": c1["create_to_complete_p50_ms"] <= 50,
+    }
+    print(json.dumps({"targets met": targets}), flush=True)
+
+
+def main() -> None:
+    from sumi.infra import KafkaBroker, PostgresServer
+
+    with contextlib.ExitStack() as stack:
+        kafka = os.environ.get("SUMI_KAFKA_BOOTSTRAP") or stack.enter_context(KafkaBroker()).bootstrap
+        db = os.environ.get("SUMI_DATABASE_URL") or stack.enter_context(PostgresServer()).url
+        with running_host(new_settings(kafka, db)) as host:
+            asyncio.run(bench(host))
+
+
+if __name__ == "__main__":
+    main()

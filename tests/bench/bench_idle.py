@@ -1,0 +1,60 @@
+"""What each service of an idle Host costs. Run: python -m tests.bench.bench_idle
+
+A whole Host (every service its own process, as `sumi up` runs them), left alone after
+it is ready: the CPU each service and its runtime processes use per second of wall
+time, as a share of one core, beside the target (< 1 % each: idle is idle).
+Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+
+import psutil
+
+from tests.hostkit import new_settings, running_host
+
+SETTLE, MEASURE = 15.0, float(os.environ.get("BENCH_IDLE_SECONDS", "60"))
+
+
+def services() -> dict[str, list[psutil.Process]]:
+    out: dict[str, list[psutil.Process]] = {}
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            cmd = p.cmdline()
+            if "serve" in cmd and cmd.index("serve") + 1 < len(cmd):
+                out[cmd[cmd.index("serve") + 1]] = [p, *p.children(recursive=True)]
+    return out
+
+
+def cpu(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def main() -> None:
+    from sumi.infra import KafkaBroker, PostgresServer
+
+    with contextlib.ExitStack() as stack:
+        kafka = os.environ.get("SUMI_KAFKA_BOOTSTRAP") or stack.enter_context(KafkaBroker()).bootstrap
+        db = os.environ.get("SUMI_DATABASE_URL") or stack.enter_context(PostgresServer()).url
+        with running_host(new_settings(kafka, db)):
+            time.sleep(SETTLE)  # past the start's own work
+            parts = services()
+            before, t0 = {n: cpu(p) for n, p in parts.items()}, time.monotonic()
+            time.sleep(MEASURE)
+            elapsed = time.monotonic() - t0
+            shares = {n: round(100 * (cpu(p) - before[n]) / elapsed, 2) for n, p in sorted(parts.items())}
+            print(json.dumps({"idle CPU, % of one core": shares, "seconds": round(elapsed)}), flush=True)
+            print(json.dumps({"target < 1 % each": all(v < 1.0 for v in shares.values())}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
