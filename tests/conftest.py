@@ -6,14 +6,12 @@ Docker engine is reachable; else the local launchers `sumi up` uses. Tests
 isolate by a topic prefix and database schema per Host and a Space per test.
 """
 
-import os
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from sumi.infra import KafkaBroker, PostgresServer
 from tests.hostkit import Host, SpaceFixture, new_settings, new_space, running_host
 
 # Properties, not timings: a loaded 2-core CI machine must not fail a test by its clock.
@@ -21,48 +19,27 @@ hypothesis_settings.register_profile("sumi", deadline=None)
 hypothesis_settings.load_profile("sumi")
 
 
-def _docker_reachable() -> bool:
-    try:
-        import docker
-
-        docker.from_env().ping()
-        return True
-    except Exception:
-        return False
+@pytest.fixture(scope="session")
+def kafka_bootstrap(sumi_kafka_bootstrap: str) -> str:
+    """The test kit's broker (sumi.testing): one for this suite and the examples' tests alike."""
+    return sumi_kafka_bootstrap
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
-    if os.environ.get("SUMI_KAFKA_BOOTSTRAP"):
-        yield os.environ["SUMI_KAFKA_BOOTSTRAP"]
-    elif _docker_reachable():
-        from testcontainers.kafka import KafkaContainer
-
-        with KafkaContainer("apache/kafka:4.1.1").with_kraft() as kafka:
-            yield kafka.get_bootstrap_server()
-    else:
-        with KafkaBroker() as broker:
-            yield broker.bootstrap
-
-
-@pytest.fixture(scope="session")
-def database_url() -> Iterator[str]:
-    if os.environ.get("SUMI_DATABASE_URL"):
-        yield os.environ["SUMI_DATABASE_URL"]
-    elif _docker_reachable():
-        from testcontainers.postgres import PostgresContainer
-
-        with PostgresContainer("postgres:17", driver=None) as pg:
-            yield pg.get_connection_url()
-    else:
-        with PostgresServer() as pg:
-            yield pg.url
+def database_url(sumi_database_url: str) -> str:
+    return sumi_database_url
 
 
 @pytest.fixture(scope="session")
 def host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
     with running_host(new_settings(kafka_bootstrap, database_url)) as h:
         yield h
+
+
+@pytest.fixture(scope="session")
+def sumi_host(host: Host) -> Host:
+    """The test kit's Host (sumi.testing) is this suite's one session Host: one start, not two."""
+    return host
 
 
 @pytest.fixture

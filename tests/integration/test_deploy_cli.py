@@ -16,6 +16,15 @@ WORKER = "https://edge.forms.takoform.com/forms/ModuleWorker/0.3.0/"
 DEPLOYMENT = "https://edge.forms.takoform.com/forms/WorkerDeployment/0.4.0/"
 
 
+@pytest.fixture(autouse=True)
+def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never the real user's profile (~/.config/sumi): each test's CLI reads a home of its own."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "home" / ".config"))
+    monkeypatch.delenv("SUMI_CONFIG", raising=False)
+    monkeypatch.delenv("SUMI_CONTEXT", raising=False)
+
+
 def sumi_deploy(host: Any, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SUMI_TOKEN"}
     if token:

@@ -78,6 +78,8 @@ def test_the_installed_wheel_encodes_and_decodes_every_record_type(installed: Pa
 def test_the_installed_wheel_runs_sumi_up_to_ready(installed: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUMI_")}
     env.update(
+        HOME=str(installed / "home"),  # `sumi up` writes the local profile: never the real user's
+        XDG_CONFIG_HOME=str(installed / "home" / ".config"),
         SUMI_STATE_DIR=str(installed / "state"),
         SUMI_KAFKA_PORT=str(free_port()),
         SUMI_PG_PORT=str(free_port()),
@@ -104,3 +106,24 @@ def test_the_installed_wheel_runs_sumi_up_to_ready(installed: Path) -> None:
         up.send_signal(signal.SIGINT)
         assert up.wait(60) == 0, log.read_text()
     assert "sumi: stopped in" in log.read_text()
+    profile = (installed / "home" / ".config" / "sumi" / "config.toml").read_text()
+    assert "[contexts.local]" in profile and env["SUMI_HTTP_PORT"] in profile, profile
+
+
+def test_the_installed_wheel_gives_the_same_cli(installed: Path) -> None:
+    # WF-18, QC-46 (the verbs that create and apply): the non-editable install's `sumi` is the same CLI
+    sumi = str(installed / "venv" / "bin" / "sumi")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUMI_")}
+    env.update(HOME=str(installed / "home"), XDG_CONFIG_HOME=str(installed / "home" / ".config"))
+    top = subprocess.run([sumi, "--help"], capture_output=True, text=True, env=env, cwd=installed, timeout=120)
+    assert top.returncode == 0, top.stderr
+    for verb in ("apply", "instances", "queue", "replay", "audit", "deploy", "token", "space"):
+        assert verb in top.stdout, (verb, top.stdout)
+    verb = subprocess.run(
+        [sumi, "instances", "create", "--help"], capture_output=True, text=True, env=env, cwd=installed, timeout=120
+    )
+    assert verb.returncode == 0 and "--params" in verb.stdout, verb
+    deploy = subprocess.run([sumi, "deploy", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert deploy.returncode == 0 and "--check" in deploy.stdout, deploy
+    usage = subprocess.run([sumi, "frobnicate"], capture_output=True, text=True, env=env, timeout=120)
+    assert usage.returncode == 2, usage

@@ -13,21 +13,21 @@ Steps, each through the Host API v2 (host-api.md) with its own Idempotency-Key:
 4. create (`NAME-deployment`) or PUT the worker's Deployment to `[{version, 100}]`, wait;
 5. print the Version's UID on stdout (progress goes to stderr).
 
-Exit 0 on success, 1 when the Host refuses or an Operation fails (the Problem's
-detail and errors are printed), 2 on a usage error.
+Exit 0 on success, 1 when an Operation fails or a binding names nothing, 2 on a usage error,
+and the CLI's codes (sumi.cli._errors) for a refusal (the Problem's code and detail are printed).
 """
 
-import argparse
 import json
 import re
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from sumi.cli._client import Host as Api
+from sumi.cli._errors import CliError
 from sumi.control.forms.names import (
     DURABLE_WORKFLOW,
     MODULE_WORKER,
@@ -43,25 +43,6 @@ DEFAULT_MAINS = {
     "javascript": ("worker.js", "worker.mjs", "index.js", "index.mjs"),
     "python": ("worker.py", "main.py"),
 }
-OPERATION_TIMEOUT = 300.0
-
-
-class DeployError(Exception):
-    def __init__(self, message: str, problem: dict[str, Any] | None = None, code: int = 1) -> None:
-        super().__init__(message)
-        self.problem = problem
-        self.code = code
-
-    def render(self) -> str:
-        lines = [f"sumi deploy: {self}"]
-        if self.problem:
-            detail = self.problem.get("detail")
-            code = self.problem.get("code")
-            if detail or code:
-                lines.append(f"  {code or 'error'}: {detail or self.problem.get('title', '')}")
-            for err in self.problem.get("errors") or []:
-                lines.append(f"    {err.get('path')}: {err.get('message')}")
-        return "\n".join(lines)
 
 
 def _say(message: str) -> None:
@@ -81,7 +62,7 @@ def read_modules(directory: Path) -> list[dict[str, str]]:
             try:
                 content = path.read_text(encoding="utf-8")
             except UnicodeDecodeError as exc:
-                raise DeployError(f"{rel.as_posix()} is not UTF-8 text: {exc}", code=2) from exc
+                raise CliError(f"{rel.as_posix()} is not UTF-8 text: {exc}", code=2) from exc
             modules.append({"name": rel.as_posix(), "content": content})
     return modules
 
@@ -93,12 +74,12 @@ def read_config(directory: Path) -> dict[str, Any]:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise DeployError(f"{path} is not valid JSON: {exc}", code=2) from exc
+        raise CliError(f"{path} is not valid JSON: {exc}", code=2) from exc
     if not isinstance(config, dict):
-        raise DeployError(f"{path} must hold a JSON object", code=2)
+        raise CliError(f"{path} must hold a JSON object", code=2)
     unknown = sorted(set(config) - CONFIG_KEYS)
     if unknown:
-        raise DeployError(
+        raise CliError(
             f"{path}: unknown keys {', '.join(unknown)} (allowed: {', '.join(sorted(CONFIG_KEYS))})",
             code=2,
         )
@@ -108,7 +89,7 @@ def read_config(directory: Path) -> dict[str, Any]:
 def runtime_of(modules: list[dict[str, str]]) -> str:
     runtimes = {EXTENSIONS[Path(m["name"]).suffix] for m in modules}
     if len(runtimes) != 1:
-        raise DeployError("the directory mixes JavaScript and Python modules; a worker has one runtime", code=2)
+        raise CliError("the directory mixes JavaScript and Python modules; a worker has one runtime", code=2)
     return runtimes.pop()
 
 
@@ -116,114 +97,17 @@ def main_module(modules: list[dict[str, str]], runtime: str, explicit: str | Non
     names = [m["name"] for m in modules]
     if explicit:
         if explicit not in names:
-            raise DeployError(f"the main module {explicit} is not among the modules: {', '.join(names)}", code=2)
+            raise CliError(f"the main module {explicit} is not among the modules: {', '.join(names)}", code=2)
         return explicit
     if len(names) == 1:
         return names[0]
     for candidate in DEFAULT_MAINS[runtime]:
         if candidate in names:
             return candidate
-    raise DeployError(
+    raise CliError(
         f"cannot tell the main module among {', '.join(names)}; name it with --main or sumi.json's mainModule",
         code=2,
     )
-
-
-# ---- the Host API ---------------------------------------------------------------------------
-
-
-class Api:
-    def __init__(self, url: str, token: str, space: str) -> None:
-        self.client = httpx.Client(base_url=url.rstrip("/"), timeout=90, headers={"Authorization": f"Bearer {token}"})
-        self.space = space
-
-    def close(self) -> None:
-        self.client.close()
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        write: bool = False,
-        params: dict[str, Any] | None = None,
-    ) -> httpx.Response:
-        headers = {"Idempotency-Key": str(uuid.uuid4())} if write else {}
-        for attempt in range(4):
-            try:
-                response = self.client.request(method, path, json=body, params=params, headers=headers)
-            except httpx.HTTPError as exc:
-                if attempt == 3 or not write:
-                    raise DeployError(f"cannot reach the Host at {self.client.base_url}: {exc}") from exc
-                time.sleep(0.5 * (attempt + 1))
-                continue  # same Idempotency-Key: the same Operation, never a second one
-            if response.status_code == 503 and attempt < 3:
-                time.sleep(0.5 * (attempt + 1))
-                continue
-            return response
-        return response
-
-    def expect(self, response: httpx.Response, what: str, *statuses: int) -> Any:
-        if response.status_code in statuses:
-            return response.json() if response.content else None
-        try:
-            problem = response.json()
-        except ValueError:
-            problem = {"detail": response.text[:500]}
-        raise DeployError(
-            f"{what} was refused ({response.status_code})",
-            problem if isinstance(problem, dict) else None,
-        )
-
-    def resources(self, form: str, name: str | None = None) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        params: dict[str, Any] = {"form": form, "limit": 100}
-        if name:
-            params["name"] = name
-        while True:
-            page = self.expect(
-                self.call("GET", f"/v2/spaces/{self.space}/resources", params=params),
-                f"listing the Space {self.space}",
-                200,
-            )
-            items += page["items"]
-            if not page.get("nextCursor"):
-                return items
-            params["cursor"] = page["nextCursor"]
-
-    def one(self, form: str, name: str) -> dict[str, Any] | None:
-        found = [r for r in self.resources(form, name) if r["name"] == name]
-        return found[0] if found else None
-
-    def create(self, name: str, form: str, spec: dict[str, Any], what: str) -> dict[str, Any]:
-        response = self.call(
-            "POST",
-            f"/v2/spaces/{self.space}/resources",
-            {"name": name, "form": form, "spec": spec},
-            write=True,
-        )
-        return self.wait(self.expect(response, f"creating {what}", 202), f"creating {what}")
-
-    def update(self, uid: str, spec: dict[str, Any], what: str) -> dict[str, Any]:
-        response = self.call("PUT", f"/v2/spaces/{self.space}/resources/{uid}", {"spec": spec}, write=True)
-        return self.wait(self.expect(response, f"updating {what}", 202), f"updating {what}")
-
-    def wait(self, operation: dict[str, Any], what: str) -> dict[str, Any]:
-        deadline = time.monotonic() + OPERATION_TIMEOUT
-        while operation["state"] not in ("succeeded", "failed"):
-            if time.monotonic() > deadline:
-                raise DeployError(
-                    f"{what}: Operation {operation['id']} is still {operation['state']} after {OPERATION_TIMEOUT:.0f}s"
-                )
-            operation = self.expect(
-                self.call("GET", f"/v2/operations/{operation['id']}", params={"wait": 60}),
-                f"{what} (waiting)",
-                200,
-            )
-        if operation["state"] == "failed":
-            raise DeployError(f"{what} failed (Operation {operation['id']})", operation.get("error"))
-        return operation
 
 
 def resolve_bindings(api: Api, config: dict[str, Any]) -> dict[str, Any]:
@@ -236,11 +120,11 @@ def resolve_bindings(api: Api, config: dict[str, Any]) -> dict[str, Any]:
         if key not in config:
             continue
         if not isinstance(config[key], list):
-            raise DeployError(f"sumi.json: {key} must be an array", code=2)
+            raise CliError(f"sumi.json: {key} must be an array", code=2)
         resolved = []
         for i, binding in enumerate(config[key]):
             if not isinstance(binding, dict):
-                raise DeployError(f"sumi.json: {key}[{i}] must be an object", code=2)
+                raise CliError(f"sumi.json: {key}[{i}] must be an object", code=2)
             ref = binding.get(target)
             if isinstance(ref, str):
                 if "_" in ref:  # a UID always holds an underscore, a name never does
@@ -248,7 +132,7 @@ def resolve_bindings(api: Api, config: dict[str, Any]) -> dict[str, Any]:
                 else:
                     found = api.one(form, ref)
                     if found is None:
-                        raise DeployError(
+                        raise CliError(
                             f"sumi.json: {key}[{i}] names {target} {ref!r}, which is not in the Space {api.space}"
                         )
                     ref = {"resourceUid": found["uid"]}
@@ -266,107 +150,94 @@ def next_version_number(api: Api, worker: str) -> int:
 # ---- the command ------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> str:
-    token = args.token  # --token, else SUMI_TOKEN (Settings.deploy_token, the option's default)
-    if not token:
-        raise DeployError("no token: pass --token or set SUMI_TOKEN", code=2)
-    directory = Path(args.directory)
+def run(directory: Path, worker_name: str, api: Api, main: str | None = None) -> str:
+    """Deploy DIRECTORY as the next Version of WORKER_NAME; the Version's UID."""
     if not directory.is_dir():
-        raise DeployError(f"{directory} is not a directory", code=2)
+        raise CliError(f"{directory} is not a directory", code=2)
     config = read_config(directory)
     modules = read_modules(directory)
     if not modules:
-        raise DeployError(f"{directory} holds no .js, .mjs or .py file", code=2)
+        raise CliError(f"{directory} holds no .js, .mjs or .py file", code=2)
     runtime = runtime_of(modules)
-    main = main_module(modules, runtime, getattr(args, "main", None) or config.get("mainModule"))
-    if "handlers" in config:
-        handlers = config["handlers"]
-    else:
-        source = next(m["content"] for m in modules if m["name"] == main)
-        handlers = ["queue"] if "queue" in source else []
+    main = main_module(modules, runtime, main or config.get("mainModule"))
+    handlers = config["handlers"] if "handlers" in config else default_handlers(modules, main)
+    bindings = resolve_bindings(api, config)
+    worker = ensure_worker(api, worker_name, runtime, handlers, directory)
+    spec: dict[str, Any] = {"worker": {"resourceUid": worker["uid"]}, "mainModule": main, "modules": modules}
+    if "vars" in config:
+        spec["vars"] = config["vars"]
+    spec.update(bindings)
+    version = create_version(api, worker_name, spec, len(modules))
+    move_deployment(api, worker, version)
+    return str(version["uid"])
 
-    api = Api(args.url, token, args.space)
-    try:
-        bindings = resolve_bindings(api, config)
-        worker = api.one(MODULE_WORKER, args.worker)
+
+def default_handlers(modules: list[dict[str, str]], main: str) -> list[str]:
+    source = next(m["content"] for m in modules if m["name"] == main)
+    return ["queue"] if "queue" in source else []
+
+
+def ensure_worker(api: Api, name: str, runtime: str, handlers: list[str], directory: Path) -> dict[str, Any]:
+    worker = api.one(MODULE_WORKER, name)
+    if worker is None:
+        _say(f"creating the {runtime} worker {name} (handlers {handlers})")
+        api.create(name, MODULE_WORKER, {"runtime": runtime, "handlers": handlers}, f"the worker {name}")
+        worker = api.one(MODULE_WORKER, name)
         if worker is None:
-            _say(f"creating the {runtime} worker {args.worker} (handlers {handlers})")
-            api.create(
-                args.worker,
-                MODULE_WORKER,
-                {"runtime": runtime, "handlers": handlers},
-                f"the worker {args.worker}",
-            )
-            worker = api.one(MODULE_WORKER, args.worker)
-            if worker is None:
-                raise DeployError(f"the worker {args.worker} was created but cannot be read back")
-        elif worker["spec"].get("runtime") != runtime:
-            raise DeployError(
-                f"the worker {args.worker} runs {worker['spec'].get('runtime')}, "
-                f"but {directory} holds {runtime} modules"
-            )
-
-        spec: dict[str, Any] = {
-            "worker": {"resourceUid": worker["uid"]},
-            "mainModule": main,
-            "modules": modules,
-        }
-        if "vars" in config:
-            spec["vars"] = config["vars"]
-        spec.update(bindings)
-
-        number = next_version_number(api, args.worker)
-        for _ in range(5):
-            name = f"{args.worker}-v{number}"
-            _say(f"uploading {len(modules)} module(s) as {name} (main module {main}); verifying…")
-            response = api.call(
-                "POST",
-                f"/v2/spaces/{args.space}/resources",
-                {"name": name, "form": WORKER_VERSION, "spec": spec},
-                write=True,
-            )
-            if response.status_code == 409 and _code(response) == "name_conflict":
-                number += 1  # someone else deployed meanwhile
-                continue
-            operation = api.expect(response, f"creating the Version {name}", 202)
-            api.wait(operation, f"verifying the Version {name}")
-            break
-        else:
-            raise DeployError("could not find a free Version name")
-        version = api.one(WORKER_VERSION, name)
-        if version is None:
-            raise DeployError(f"the Version {name} was created but cannot be read back")
-        observed = version.get("observed") or {}
-        _say(
-            f"{name} verified: handlers {observed.get('handlers')}, workflow classes {observed.get('workflowClasses')}"
+            raise CliError(f"the worker {name} was created but cannot be read back")
+    elif worker["spec"].get("runtime") != runtime:
+        raise CliError(
+            f"the worker {name} runs {worker['spec'].get('runtime')}, but {directory} holds {runtime} modules"
         )
+    return worker
 
-        allocation = {
-            "worker": {"resourceUid": worker["uid"]},
-            "versions": [{"version": {"resourceUid": version["uid"]}, "percentage": 100}],
-        }
-        deployment = next(
-            (
-                d
-                for d in api.resources(WORKER_DEPLOYMENT)
-                if (d["spec"].get("worker") or {}).get("resourceUid") == worker["uid"]
-            ),
-            None,
-        )
-        if deployment is None:
-            _say(f"creating the Deployment {args.worker}-deployment: 100% on {name}")
-            api.create(
-                f"{args.worker}-deployment",
-                WORKER_DEPLOYMENT,
-                allocation,
-                f"the Deployment {args.worker}-deployment",
-            )
-        else:
-            _say(f"moving the Deployment {deployment['name']} to 100% on {name}")
-            api.update(deployment["uid"], allocation, f"the Deployment {deployment['name']}")
-        return str(version["uid"])
-    finally:
-        api.close()
+
+def create_version(api: Api, worker: str, spec: dict[str, Any], count: int) -> dict[str, Any]:
+    number = next_version_number(api, worker)
+    for _ in range(5):
+        name = f"{worker}-v{number}"
+        _say(f"uploading {count} module(s) as {name} (main module {spec['mainModule']}); verifying…")
+        body = {"name": name, "form": WORKER_VERSION, "spec": spec}
+        response = api.call("POST", f"{api.base()}/resources", body, key=str(uuid.uuid4()))
+        if response.status_code == 409 and _code(response) == "name_conflict":
+            number += 1  # someone else deployed meanwhile
+            continue
+        api.wait(api.expect(response, f"creating the Version {name}", 202), f"verifying the Version {name}")
+        break
+    else:
+        raise CliError("could not find a free Version name")
+    version = api.one(WORKER_VERSION, name)
+    if version is None:
+        raise CliError(f"the Version {name} was created but cannot be read back")
+    observed = version.get("observed") or {}
+    _say(f"{name} verified: handlers {observed.get('handlers')}, workflow classes {observed.get('workflowClasses')}")
+    return version
+
+
+def deployment_of(api: Api, worker_uid: str) -> dict[str, Any] | None:
+    return next(
+        (
+            d
+            for d in api.resources(WORKER_DEPLOYMENT)
+            if (d["spec"].get("worker") or {}).get("resourceUid") == worker_uid
+        ),
+        None,
+    )
+
+
+def move_deployment(api: Api, worker: dict[str, Any], version: dict[str, Any]) -> None:
+    allocation = {
+        "worker": {"resourceUid": worker["uid"]},
+        "versions": [{"version": {"resourceUid": version["uid"]}, "percentage": 100}],
+    }
+    deployment = deployment_of(api, worker["uid"])
+    if deployment is None:
+        name = f"{worker['name']}-deployment"
+        _say(f"creating the Deployment {name}: 100% on {version['name']}")
+        api.create(name, WORKER_DEPLOYMENT, allocation, f"the Deployment {name}")
+    else:
+        _say(f"moving the Deployment {deployment['name']} to 100% on {version['name']}")
+        api.update(deployment["uid"], allocation, f"the Deployment {deployment['name']}")
 
 
 def _code(response: httpx.Response) -> str | None:
@@ -375,13 +246,3 @@ def _code(response: httpx.Response) -> str | None:
     except ValueError:
         return None
     return body.get("code") if isinstance(body, dict) else None
-
-
-def deploy(args: argparse.Namespace) -> int:
-    try:
-        uid = run(args)
-    except DeployError as exc:
-        print(exc.render(), file=sys.stderr, flush=True)
-        return exc.code
-    print(uid, flush=True)
-    return 0

@@ -2,28 +2,48 @@
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import Annotated, Any, TextIO
 from urllib.parse import quote
 
 import httpx
+import typer
 
+from sumi.cli._state import globals_of
 from sumi.core.logline import format_line
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("worker", help="the ModuleWorker's name or UID")
-    parser.add_argument("--space", required=True)
-    parser.add_argument("--follow", "-f", action="store_true", help="keep printing lines as they come")
-    parser.add_argument("--instance", help="only the lines of this workflow instance")
-    parser.add_argument("--level", choices=("debug", "info", "warn", "error"), help="this level and above")
-    parser.add_argument("--since", help="an RFC 3339 time, e.g. 2026-12-02T06:00:00Z")
-    parser.add_argument("--limit", type=int, default=100)
-    parser.add_argument("--json", action="store_true", help="one JSON object per line, as the API answers")
-    parser.add_argument("--url", default=os.environ.get("SUMI_URL", "http://127.0.0.1:8080"))
-    parser.add_argument("--token", default=os.environ.get("SUMI_TOKEN"))
+def register(app: typer.Typer) -> None:
+    app.command(name="logs", help="A worker's log lines; with --follow, as they come (like `wrangler tail`).")(
+        logs_command
+    )
+
+
+def logs_command(
+    ctx: typer.Context,
+    worker: Annotated[str, typer.Argument(help="the ModuleWorker's name or UID")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing lines as they come")] = False,
+    instance: Annotated[str | None, typer.Option(help="only the lines of this workflow instance")] = None,
+    level: Annotated[str | None, typer.Option(help="this level and above: debug, info, warn, error")] = None,
+    since: Annotated[str | None, typer.Option(help="an RFC 3339 time, e.g. 2026-12-02T06:00:00Z")] = None,
+    limit: Annotated[int, typer.Option(help="at most this many lines (without --follow)")] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line, as the API answers")] = False,
+) -> int:
+    target = globals_of(ctx).target()
+    args = argparse.Namespace(
+        worker=worker,
+        space=target.need_space(),
+        follow=follow,
+        instance=instance,
+        level=level,
+        since=since,
+        limit=limit,
+        json=as_json,
+        url=target.url,
+        token=target.need_token(),
+    )
+    return logs(args)
 
 
 def logs(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

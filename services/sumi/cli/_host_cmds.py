@@ -1,0 +1,109 @@
+"""`sumi up`, `sumi serve NAME`, `sumi bootstrap`: the Host itself, on this machine."""
+
+import asyncio
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sumi.cli import _profile
+from sumi.cli._errors import USAGE, CliError
+from sumi.core.config import Settings, SettingsError
+from sumi.services import SERVICE_ENTRIES
+
+
+def settings() -> Settings:
+    """A Host refuses settings it could not serve conformantly, before anything starts."""
+    try:
+        return Settings.from_env()
+    except SettingsError as e:
+        raise CliError(str(e), USAGE) from e
+
+
+def register(app: typer.Typer) -> None:
+    app.command(help="Start Kafka, Postgres and every service; Ctrl-C stops them all. Writes the `local` context.")(up)
+    app.command(help=f"Run one service in the foreground: {', '.join(SERVICE_ENTRIES)}.")(serve)
+    app.command(
+        help="Create topics and read models and issue the admin token (what `up` does first; for compose and clusters)."
+    )(bootstrap)
+
+
+def up(
+    logs: Annotated[bool, typer.Option("--logs", help="print every worker's log lines as they come")] = False,
+) -> int:
+    settings()
+    from sumi._up import up as run_up
+
+    write_local_profile()
+    return run_up(logs)
+
+
+def write_local_profile() -> None:
+    """The `local` context, so the next command just works: the URL `up` serves and its token file.
+
+    Written before the Host starts: both are known from the same variables `up` reads, and the
+    token file is read by each command when it runs, by which time `up` has written it."""
+    config = settings()
+    host = config.http_host
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{config.http_port}"
+    state = Path(config.state_dir).resolve()
+    values = {"url": url}
+    if config.admin_token:
+        values["token"] = config.admin_token
+    else:
+        values["token-file"] = str(Path(config.admin_token_file or state / "admin-token").resolve())
+    try:
+        kept = (_profile.load().get("contexts") or {}).get("local", {})
+        _profile.set_context("local", {**({"space": kept["space"]} if "space" in kept else {}), **values})
+    except (OSError, CliError) as e:  # a read-only or broken profile must not stop the Host
+        print(f"sumi: the profile was not written ({e})", flush=True)
+
+
+def serve(service: Annotated[str, typer.Argument(help="the service to run")]) -> int:
+    if service not in SERVICE_ENTRIES:
+        raise CliError(f"no service {service!r} (one of {', '.join(SERVICE_ENTRIES)})", USAGE)
+    import importlib
+
+    from sumi._lifeline import hold_if_asked
+    from sumi._signals import run_until_stopped
+
+    config = settings()
+    hold_if_asked()  # started by `sumi up`: die with it
+    if service == "gateway":
+        import uvicorn
+
+        from sumi.gateway import create_app
+
+        # While it serves, uvicorn stops gracefully on SIGINT and SIGTERM, then raises the signal again
+        # with the handler it found: this one, so a stop exits 0 (before it serves, at once). A closed
+        # terminal (SIGHUP) means the same as SIGTERM.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _exit_quietly)
+        signal.signal(signal.SIGHUP, lambda s, f: signal.raise_signal(signal.SIGTERM))
+        uvicorn.run(create_app(config), host=config.http_host, port=config.http_port, log_level="warning")
+        return 0
+    from sumi._bootstrap import prepare
+
+    async def run() -> None:
+        await prepare(config)
+        await importlib.import_module(SERVICE_ENTRIES[service]).serve(config)
+
+    asyncio.run(run_until_stopped(run()))
+    return 0
+
+
+def _exit_quietly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def bootstrap() -> int:
+    from sumi._bootstrap import admin_token, issue_admin_token, prepare
+
+    config = settings()
+    asyncio.run(prepare(config))
+    state = Path(config.state_dir)
+    token, new = admin_token(config, config.admin_token or None, Path(config.admin_token_file or state / "admin-token"))
+    asyncio.run(issue_admin_token(config, token, timeout=120))
+    print(f"sumi: admin token {token}" if new else "sumi: admin token issued")
+    return 0
