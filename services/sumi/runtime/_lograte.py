@@ -50,7 +50,9 @@ def outcome_line(op: str, reply: dict[str, object]) -> str | None:
         if reply.get("kind") is None:  # a queue-shaped stop notice
             error = reply.get("error")
             return _failure(str(reply.get("reason") or "stopped"), error if isinstance(error, dict) else {})
-        return f"{reply.get('reason') or 'run_threw'}: {reply.get('message') or ''}".rstrip(": ")
+        # The message is the instance's own document (WF-21), sealed with its key and purged with
+        # it (WF-13, WF-47); the log topic keeps its lines for days, so it names the end only.
+        return f"{reply.get('reason') or 'run_threw'} (the message is in the instance's history)"
     return None
 
 
