@@ -50,7 +50,7 @@ class World:
     revoked: str  # was an editor of A
 
     def path(self, route: Route) -> str:
-        values = {"space": self.space.name, "uid": self.queue, "principal": "nobody-here", "id": "i-1"}
+        values = {"space": self.space.name, "uid": self.queue, "principal": "nobody-here", "id": "i-1", "worker": "w"}
         if route.template == "/v2/operations/{id}":
             values["id"] = self.operation
         return re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], route.template)
