@@ -37,4 +37,5 @@ def parse_since(raw: str | None) -> int | None:
         raise Problem("invalid_request", "since must be an RFC 3339 time, e.g. 2026-12-02T06:00:00Z") from None
     if at.tzinfo is None:
         raise Problem("invalid_request", "since needs a time zone (Z or an offset)")
-    return int(at.timestamp() * 1000)
+    # Before 1970 is before every line: Kafka's time index takes no negative times.
+    return max(0, int(at.timestamp() * 1000))

@@ -154,7 +154,10 @@ async def test_no_secret_reaches_a_record_a_problem_or_the_metrics(
 
 
 async def every_record(host: Host) -> list[bytes]:
-    """The raw bytes (key and value) of every record on every topic of this Host so far."""
+    """The raw bytes (key and value) of every record on every topic of this Host, up to now.
+
+    Read up to the end offsets taken first: the metrics and logs topics never fall quiet.
+    """
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(bootstrap_servers=host.settings.kafka_bootstrap, auto_offset_reset="earliest")
@@ -163,8 +166,14 @@ async def every_record(host: Host) -> list[bytes]:
         topics = [t for t in await consumer.topics() if t.startswith(host.settings.topic_prefix + ".")]
         consumer.subscribe(topics)
         out: list[bytes] = []
-        while batch := await consumer.getmany(timeout_ms=2000):
+        while not consumer.assignment():
+            batch = await consumer.getmany(timeout_ms=200)
             out += [(m.key or b"") + (m.value or b"") for ms in batch.values() for m in ms]
+        ends = {tp: end for tp, end in (await consumer.end_offsets(list(consumer.assignment()))).items() if end > 0}
+        while ends:
+            batch = await consumer.getmany(*ends, timeout_ms=2000)
+            out += [(m.key or b"") + (m.value or b"") for ms in batch.values() for m in ms]
+            ends = {tp: end for tp, end in ends.items() if await consumer.position(tp) < end}
     finally:
         await consumer.stop()
     return out
