@@ -31,6 +31,7 @@ from sumi.infra._cache import cache_dir
 from sumi.infra._ports import port_taken
 from sumi.supervisor import available_services
 from tests.hostkit import new_settings
+from tests.integration.cli.clikit import Cli, run_tour
 
 GONE_WITHIN = 10.0  # the issue's bound: no process left and the ports free within 10 s of the signal
 PORT_VARS = ("SUMI_KAFKA_PORT", "SUMI_PG_PORT", "SUMI_HTTP_PORT")
@@ -245,7 +246,9 @@ def test_after_ready_sigkill_of_up_leaves_nothing_and_a_dead_service_takes_its_r
 QUEUE = "https://edge.forms.takoform.com/forms/AtLeastOnceQueue/0.2.0/"
 
 
-def test_a_first_start_prints_only_its_progress(up: Callable[..., Up], workdir: Path) -> None:
+def test_a_first_start_prints_only_its_progress_and_the_readme_tour_runs_on_it(
+    up: Callable[..., Up], workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Issue 19 item 3 (no Form requirement covers the Host's own output): stderr stays empty from
     # the start to "ready", so a warning there is news. Each service writes its log to the stderr
     # of `sumi up`. Not held yet: a loaded machine's single broker may still answer a first
@@ -264,6 +267,9 @@ def test_a_first_start_prints_only_its_progress(up: Callable[..., Up], workdir: 
         queue = create_queue(http, "quiet")
         sent = http.post(f"/v2/spaces/quiet/queues/{queue}/messages", json={"messages": [{"body": "aGk="}]})
         assert sent.status_code == 202, sent.text
+    # QC-9, WF-18, WF-43: the README's tour exactly as given, after this first `sumi up`, its
+    # profile alone telling the CLI where the Host is.
+    run_tour(Cli(None, workdir / "home", monkeypatch))
 
 
 def test_fetching_the_jars_ahead_prints_their_place_and_nothing_else() -> None:

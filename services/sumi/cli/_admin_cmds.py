@@ -12,7 +12,7 @@ from sumi.cli._output import note, show
 from sumi.cli._state import globals_of
 
 space = typer.Typer(help="Spaces (admin): create, list, delete.", no_args_is_help=True)
-token = typer.Typer(help="Tokens (admin): create, revoke.", no_args_is_help=True)
+token = typer.Typer(help="Tokens (admin): create, list, revoke.", no_args_is_help=True)
 context = typer.Typer(help="The contexts of the profile file: list, use.", no_args_is_help=True)
 
 
@@ -60,6 +60,17 @@ def token_create(
     body = {"principal": principal, "grants": grants, "admin": admin}
     with g.host(space=False) as host:
         show(host.ask("POST", "/v2/tokens", "issuing the token", 201, body=body), g.output)
+
+
+@token.command("list", help="The principals holding live tokens: admin, grants, how many tokens (never a token).")
+def token_list(ctx: typer.Context) -> None:
+    g = globals_of(ctx)
+    with g.host(space=False) as host:
+        items = host.ask("GET", "/v2/tokens", "listing principals", 200)["items"]
+    if g.output == "table":
+        for item in items:
+            item["grants"] = ", ".join(f"{x['space']}:{x['role']}" for x in item["grants"]) or "-"
+    show(items, g.output, ("principal", "admin", "tokens", "grants", "lastIssuedAt"))
 
 
 @token.command("revoke", help="Revoke every token of PRINCIPAL, at once.")

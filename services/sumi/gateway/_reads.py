@@ -47,6 +47,16 @@ async def caller(db: Backend, token_hash: str, space: str) -> Row | None:
     )
 
 
+async def principals(db: Backend) -> list[Row]:
+    """Every principal with a live token: admin, how many tokens, the last issued, its grants."""
+    return await db.fetchall(
+        "SELECT t.principal, bool_or(t.admin) AS admin, count(*) AS tokens, max(t.issued_at) AS last_issued_at, "
+        "coalesce((SELECT json_agg(json_build_object('space', g.space, 'role', g.role) ORDER BY g.space) "
+        "FROM grants g WHERE g.principal = t.principal), '[]') AS grants "
+        "FROM tokens t GROUP BY t.principal ORDER BY t.principal"
+    )
+
+
 async def spaces(db: Backend, principal: str | None) -> list[Row]:
     """name, role, created_at of every Space (principal None: an admin's view) or of the principal's."""
     if principal is None:

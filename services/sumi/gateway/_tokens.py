@@ -9,8 +9,11 @@ from starlette.responses import JSONResponse, Response
 from sumi.control.forms._base import NAME_RE
 from sumi.core import commands as c
 from sumi.core.problems import Problem
+from sumi.core.times import rfc3339
 from sumi.core.topics import ADMIN_KEY
+from sumi.gateway import _reads as reads
 from sumi.gateway._auth import authenticate, require_admin, token_hash
+from sumi.gateway._backend import backend
 from sumi.gateway._commands import Submission, decide, respond, submit
 from sumi.gateway._json import check_object, read_object, require
 from sumi.gateway._routing import route
@@ -54,6 +57,23 @@ async def create_token(request: Request) -> Response:
     return JSONResponse({"token": token, "principal": principal}, status_code=201)
 
 
+async def list_principals(request: Request) -> Response:
+    caller = await authenticate(request)
+    require_admin(caller)
+    rows = await reads.principals(backend(request))
+    items = [
+        {
+            "principal": r["principal"],
+            "admin": r["admin"],
+            "tokens": r["tokens"],
+            "lastIssuedAt": rfc3339(r["last_issued_at"]),
+            "grants": r["grants"],
+        }
+        for r in rows
+    ]
+    return JSONResponse({"items": items})
+
+
 async def revoke_tokens(request: Request) -> Response:
     caller = await authenticate(request)
     require_admin(caller)
@@ -65,6 +85,6 @@ async def revoke_tokens(request: Request) -> Response:
 
 
 routes = [
-    route("/v2/tokens", POST=create_token),
+    route("/v2/tokens", POST=create_token, GET=list_principals),
     route("/v2/tokens/{principal}", DELETE=revoke_tokens),
 ]

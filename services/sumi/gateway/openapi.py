@@ -63,6 +63,17 @@ SCHEMAS: dict[str, Any] = {
         ["principal"],
     ),
     "TokenCreated": obj({"token": {"type": "string"}, "principal": NAME}, ["token", "principal"]),
+    "Principal": obj(
+        {
+            "principal": NAME,
+            "admin": {"type": "boolean"},
+            "tokens": {"type": "integer", "minimum": 1},
+            "lastIssuedAt": TIME,
+            "grants": {"type": "array", "items": ref("Grant")},
+        },
+        ["principal", "admin", "tokens", "lastIssuedAt", "grants"],
+    ),
+    "PrincipalList": obj({"items": {"type": "array", "items": ref("Principal")}}, ["items"]),
     "Resource": obj(
         {
             "uid": {"type": "string"},
@@ -359,6 +370,12 @@ PATHS: dict[str, dict[str, Any]] = {
             "forbidden",
             "backend_unavailable",
             body="TokenCreate",
+        ),
+        "get": operation(
+            "The principals holding live tokens, their grants and token counts (admin); never a token",
+            answer(200, "PrincipalList", "every principal with a live token"),
+            "forbidden",
+            "backend_unavailable",
         ),
     },
     "/v2/tokens/{principal}": {

@@ -4,6 +4,8 @@ code path as the installed entry point without a Python start-up per command."""
 import io
 import json
 import os
+import re
+import shlex
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,3 +45,29 @@ class Cli:
 
     def json(self, *args: str) -> Any:
         return json.loads(self(*args, "-o", "json").stdout)
+
+
+# The README's five-minute tour, run command by command as a newcomer would.
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def tour() -> list[list[str]]:
+    block = README.read_text().split("## The five-minute tour", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = []
+    for line in block.splitlines():
+        line = re.sub(r"\s+#.*$", "", line).strip()
+        for part in line.split("&&"):
+            commands.append(shlex.split(part))
+    return commands
+
+
+def run_tour(cli: Cli) -> None:
+    commands = tour()
+    assert len(re.findall(r"^sumi ", "\n".join(" ".join(c) for c in commands), re.M)) <= 9
+    outputs = []
+    for argv in commands:
+        assert argv[0] == "sumi", argv
+        outputs.append(cli(*argv[1:]).stdout)
+    assert "complete" in outputs[-1] and "approvedBy" in outputs[-1] and '"me"' in outputs[-1], outputs[-1]
+    stats = cli.json("queue", "stats", "orders")
+    assert stats["acknowledged"] == 1, stats

@@ -102,6 +102,21 @@ def test_exit_codes_by_kind(cli: Cli, host: Host, space: SpaceFixture) -> None:
     assert "Usage" in cli("queue", "--help").stdout
 
 
+def test_token_create_list_revoke(cli: Cli, host: Host, space: SpaceFixture) -> None:
+    # QC-15: an admin issues, lists and revokes tokens; the listing never shows a token
+    admin = ["--url", host.url, "--token", host.admin_token]
+    principal = "cli-" + os.urandom(4).hex()
+    issued = cli.json(*admin, "token", "create", principal, "--viewer", space.name)
+    listed = cli.json(*admin, "token", "list")
+    mine = [p for p in listed if p["principal"] == principal]
+    assert [(p["tokens"], p["grants"]) for p in mine] == [(1, [{"space": space.name, "role": "viewer"}])], listed
+    table = cli(*admin, "token", "list").stdout
+    assert principal in table and f"{space.name}:viewer" in table and issued["token"] not in table, table
+    assert "forbidden" in cli("--url", host.url, "--token", space.editor_token, "token", "list", code=7).stderr
+    cli(*admin, "token", "revoke", principal)
+    assert principal not in [p["principal"] for p in cli.json(*admin, "token", "list")]
+
+
 def test_the_installed_entry_point(host: Host, space: SpaceFixture, tmp_path: Path) -> None:
     # QC-14 (not in the Space: not_found): the installed entry point's exit code and line reach the shell
     sumi = Path(sys.executable).parent / "sumi"

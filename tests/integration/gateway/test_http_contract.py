@@ -123,9 +123,17 @@ async def test_token_issue_use_and_immediate_revocation(client: httpx.AsyncClien
     token = r.json()["token"]
     r = await client.get(f"/v2/spaces/{name}/resources", headers=auth(token))
     assert r.status_code == 200
+    # The listing (an addition to the contract, for `sumi token list`): the principal, never its token.
+    listed = await client.get("/v2/tokens", headers=admin)
+    assert listed.status_code == 200 and token not in listed.text, listed.text
+    mine = [p for p in listed.json()["items"] if p["principal"] == principal]
+    assert [(p["admin"], p["tokens"], p["grants"]) for p in mine] == [(False, 1, [{"space": name, "role": "viewer"}])]
+    assert_problem(await client.get("/v2/tokens", headers=auth(token)), 403, "forbidden")
     r = await client.delete(f"/v2/tokens/{principal}", headers=admin)
     assert r.status_code == 204, r.text
     assert_problem(await client.get(f"/v2/spaces/{name}/resources", headers=auth(token)), 401, "unauthenticated")
+    listed = await client.get("/v2/tokens", headers=admin)
+    assert principal not in [p["principal"] for p in listed.json()["items"]]
 
 
 async def test_token_grants_are_validated(client: httpx.AsyncClient, host: Any, space: Any) -> None:
