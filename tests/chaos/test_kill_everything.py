@@ -10,6 +10,7 @@ What a power cut does is not tested here (README "What an answer promises"): thi
 process gone in the same instant, the page cache and the disks left as they are.
 """
 
+import contextlib
 import os
 import re
 import signal
@@ -84,7 +85,8 @@ def test_parts_killed_come_back_and_a_kill_of_everything_then_up_loses_nothing_a
     host.remember()
     everything = [psutil.Process(host.proc.pid), *host.processes()]
     for p in everything:
-        p.send_signal(signal.SIGKILL)
+        with contextlib.suppress(psutil.NoSuchProcess):  # a short-lived child may end meanwhile
+            p.send_signal(signal.SIGKILL)
     psutil.wait_procs(everything, timeout=10)
     sender.stopped.set()
     sender.join(15)

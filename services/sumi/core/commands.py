@@ -54,6 +54,15 @@ class Kinds(Generic[C]):
             raise Problem("invalid_request", f"the {kind} payload does not decode: {exc}") from None
         return command
 
+    def convert(self, kind: str, value: dict[str, Any]) -> C:
+        """`decode` for a value already parsed from JSON (a runtime's frame): the same checks,
+        without writing the value out and reading it back (a 1 MiB document costs tens of ms)."""
+        try:
+            command: C = msgspec.convert(value, self.types[kind])
+        except msgspec.ValidationError as exc:
+            raise Problem("invalid_request", f"the {kind} payload does not decode: {exc}") from None
+        return command
+
 
 class _Command(TypedCommand, frozen=True, kw_only=True, rename="camel"):
     pass

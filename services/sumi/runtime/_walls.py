@@ -40,6 +40,8 @@ from typing import Any, Literal
 Kind = Literal["bwrap", "unshare", "none"]
 KINDS: tuple[Kind, ...] = ("bwrap", "unshare", "none")
 NOBODY = 65534
+# The niceness worker code runs at, added to its engine's: the Host's processes come first.
+WORKER_NICE = 10
 # What any interpreter needs to start: the system's libraries and binaries.
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin")
 _UNSHARE_FLAGS = ["--user", f"--map-user={NOBODY}", f"--map-group={NOBODY}", "--net", "--pid", "--ipc", "--uts"]
@@ -143,6 +145,11 @@ class Wall:
             # no limit counts. Neither runtime writes a file; its output is a pipe.
             resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            # Below the Host's own processes: every Space's deliveries and commits pass through
+            # them, so one Space's busy handlers must not take their CPU (issue 21, class 9).
+            # RLIMIT_NICE 0: no process of the context may raise its priority back.
+            os.nice(WORKER_NICE)
+            resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
 
         return cap
 

@@ -35,6 +35,7 @@ __all__ = [
     "TerminateInstance",
     "WorkflowCommand",
     "KINDS",
+    "convert",
     "decode",
     "key_of",
     "payload",
@@ -92,6 +93,7 @@ WorkflowCommand = CreateInstance | SendEvent | TerminateInstance
 _KINDS: Kinds[WorkflowCommand] = Kinds("workflow command", CreateInstance, SendEvent, TerminateInstance)
 KINDS = _KINDS.types
 decode = _KINDS.decode
+convert = _KINDS.convert
 
 
 def key_of(command: WorkflowCommand) -> str:
