@@ -2,7 +2,7 @@
 handlers flooding the Host with calls that carry ~1 MiB documents delay another Space's
 deliveries by at most SLACK against their unloaded time.
 
-The aim was 2 s. Measured on this 2-core kind (2026-12-02, ten runs): alone 0.23-0.30 s, beside
+The aim was 2 s. Measured on this 2-core kind (2026-12-02, nine runs): alone 0.23-0.30 s, beside
 1.5-2.9 s, and 3.6 s once in a CI run; the heavy Space's checks hold the queue engine's
 interpreter (threads share the GIL) and its records load every process downstream. Worker code
 runs below the Host's priority (runtime/_walls.WORKER_NICE), which did not move these figures:
