@@ -83,11 +83,20 @@ def deploy(
             " (no effects) and list those that would fail with step_definition_mismatch",
         ),
     ] = False,
+    checked: Annotated[
+        bool,
+        typer.Option(
+            "--checked",
+            help="the same check first; deploy only when no live instance would fail (else exit 1, nothing deployed)",
+        ),
+    ] = False,
 ) -> int:
     g = globals_of(ctx)
     with g.host() as host:
-        if check:
-            return _check_only(directory, worker, host, main, g.output)
+        if check or checked:
+            failed = _check_only(directory, worker, host, main, g.output)
+            if check or failed:
+                return failed
         uid = _deploy.run(directory, worker, host, main)
     print(uid, flush=True)
     return 0

@@ -69,3 +69,8 @@ def test_a_changed_step_order_is_found_and_an_unchanged_version_passes(
     assert len(cli.json("list", "version")) == versions
     assert cli.json("instances", "history", workflow, "live-1") == before
     assert cli.json("instances", "get", workflow, "live-1")["status"] == "waiting"
+    # The check as an option on the change itself: refused, nothing deployed; then the same code passes.
+    cli("deploy", str(changed), "--worker", worker, "--checked", code=1)
+    assert len(cli.json("list", "version")) == versions
+    cli("deploy", str(same), "--worker", worker, "--checked", "-o", "json")
+    assert len(cli.json("list", "version")) == versions + 1
