@@ -34,7 +34,7 @@ from tests.hostkit import SpaceFixture, new_settings, running_host
 RAW_N = int(os.environ.get("BENCH_RAW_N", "50000"))
 E2E_N = int(os.environ.get("BENCH_E2E_N", "30000"))
 SENDERS = int(os.environ.get("BENCH_SENDERS", "8"))
-RATE, RATE_SECONDS = 1000, 10
+RATE, RATE_SECONDS = int(os.environ.get("BENCH_RATE", "1000")), 10
 BODY = b"x" * 1024
 WORKER = "export default { async queue(batch, env) {} };\n"
 
