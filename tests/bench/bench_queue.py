@@ -6,7 +6,7 @@
     (returns: implicit ack) -> ack committed, with maxBatchSize 100, maxConcurrency
     10. Latency per message = time its MessagesAcknowledged is readable (committed)
     minus the start of the POST that sent it.
-(c) the ratio b/a, and (d) p50/p99 latency at 1,000 messages/s offered.
+(c) the ratio b/a, and (d) p50/p99 latency at 1,000 messages/s offered (BENCH_RATE sets another).
 Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
 """
 
