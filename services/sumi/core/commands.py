@@ -55,8 +55,10 @@ class Kinds(Generic[C]):
         return command
 
     def convert(self, kind: str, value: dict[str, Any]) -> C:
-        """`decode` for a value already parsed from JSON (a runtime's frame): the same checks,
-        without writing the value out and reading it back (a 1 MiB document costs tens of ms)."""
+        """`decode` for a value already parsed from JSON (a runtime's frame), without writing it
+        out and reading it back (a 1 MiB document costs tens of ms). The JSON decoder's own
+        refusal of lone surrogates is not made here: a type whose strings must be Unicode
+        scalar values checks them in its `__post_init__`, as the workflow commands do."""
         try:
             command: C = msgspec.convert(value, self.types[kind])
         except msgspec.ValidationError as exc:

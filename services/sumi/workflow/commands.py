@@ -25,8 +25,9 @@ from msgspec import UNSET, UnsetType
 
 from sumi.core.commands import Kinds, TypedCommand, payload, submitted
 from sumi.core.ids import new_ulid
+from sumi.core.problems import Problem
 from sumi.core.topics import instance_key
-from sumi.workflow._documents import MAX_NAME_LENGTH, document_json
+from sumi.workflow._documents import MAX_NAME_LENGTH, document_json, is_name
 
 __all__ = [
     "UNSET",
@@ -42,7 +43,7 @@ __all__ = [
     "submitted",
 ]
 
-# 1..256 Unicode scalar values: the JSON decoder refuses lone surrogates itself (WF-19, WF-23).
+# 1..256 Unicode scalar values (WF-19, WF-23): lengths here, lone surrogates in __post_init__.
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_LENGTH)]
 Document = Any | UnsetType  # a JSON object, checked in __post_init__; UNSET when absent
 
@@ -50,6 +51,9 @@ Document = Any | UnsetType  # a JSON object, checked in __post_init__; UNSET whe
 class _WorkflowCommand(TypedCommand, frozen=True, rename={"workflow_uid": "workflowUid", "instance_id": "id"}):
     workflow_uid: Annotated[str, msgspec.Meta(min_length=1)]
     instance_id: Name
+
+    def __post_init__(self) -> None:
+        _scalar_values(self.instance_id, "id")
 
 
 class CreateInstance(_WorkflowCommand, frozen=True):
@@ -61,6 +65,7 @@ class CreateInstance(_WorkflowCommand, frozen=True):
     issued: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.params is not UNSET:
             document_json(self.params, "params")
 
@@ -79,6 +84,8 @@ class SendEvent(_WorkflowCommand, frozen=True):
     payload: Document = UNSET
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+        _scalar_values(self.type, "type")
         if self.payload is not UNSET:
             document_json(self.payload, "payload")
 
@@ -87,6 +94,13 @@ class TerminateInstance(_WorkflowCommand, frozen=True):
     """`instance.terminate` → 200 `{"id", "status"}`, decided only after the context physically stopped (WF-26)."""
 
     kind: ClassVar[str] = "instance.terminate"
+
+
+def _scalar_values(name: str, what: str) -> None:
+    """The JSON decoder refuses a lone surrogate itself; a command converted from a value
+    another parser produced (a runtime's frame: Kinds.convert) is checked here."""
+    if not is_name(name):
+        raise Problem("invalid_request", f"{what} must be 1..256 Unicode scalar values")
 
 
 WorkflowCommand = CreateInstance | SendEvent | TerminateInstance

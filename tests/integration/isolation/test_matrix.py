@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from sumi.core import kafka
 from sumi.gateway.openapi import document
 from tests.hostkit import Host, SpaceFixture, new_space
 from tests.httpkit import QUEUE, assert_problem, auth, key
@@ -167,18 +168,11 @@ async def every_record(host: Host) -> list[bytes]:
 
     consumer = AIOKafkaConsumer(bootstrap_servers=host.settings.kafka_bootstrap, auto_offset_reset="earliest")
     await consumer.start()
+    out: list[bytes] = []
     try:
         topics = [t for t in await consumer.topics() if t.startswith(host.settings.topic_prefix + ".")]
-        consumer.subscribe(topics)
-        out: list[bytes] = []
-        while not consumer.assignment():
-            batch = await consumer.getmany(timeout_ms=200)
-            out += [(m.key or b"") + (m.value or b"") for ms in batch.values() for m in ms]
-        ends = {tp: end for tp, end in (await consumer.end_offsets(list(consumer.assignment()))).items() if end > 0}
-        while ends:
-            batch = await consumer.getmany(*ends, timeout_ms=2000)
-            out += [(m.key or b"") + (m.value or b"") for ms in batch.values() for m in ms]
-            ends = {tp: end for tp, end in ends.items() if await consumer.position(tp) < end}
+        tps = [tp for topic in topics for tp in await kafka.partitions(consumer, topic)]
+        await kafka.read_to_end(consumer, tps, lambda m, _: out.append((m.key or b"") + (m.value or b"")))
     finally:
         await consumer.stop()
     return out
