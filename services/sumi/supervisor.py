@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import IO
 
 import httpx
 
@@ -78,8 +79,10 @@ class Supervisor:
         services: tuple[str, ...] | None = None,
         restart: bool = True,
         parts: Sequence[Watched] = (),
+        stderr: IO[bytes] | None = None,
     ) -> None:
         self.settings = settings
+        self.stderr = stderr  # where the services write their logs: ours unless given
         self.env = {**os.environ, **settings.to_env(), **(env or {}), ENV: "stdin"}
         self.services = services or available_services()
         self.restart = restart
@@ -116,6 +119,7 @@ class Supervisor:
                 [sys.executable, "-m", "sumi.cli", "serve", name],
                 env=self.env,
                 stdin=subprocess.PIPE,
+                stderr=self.stderr,
                 start_new_session=True,
             )
             self._watches[name] = _Watch()

@@ -1,6 +1,6 @@
 """Chaos soak (issue 20 item 1): a mixed workload while a driver SIGKILLs and SIGSTOPs the gateway,
-each processor and the worker runtimes at random moments, and kills the broker and the database
-under the supervisor that launched them (it restarts them). Checked afterwards from the topics:
+each processor, the worker runtimes, the broker and the database at random moments (the
+supervisor that launched the broker and the database restarts them when killed). Checked afterwards from the topics:
 no message lost, none acknowledged twice, each acknowledged or dead-lettered after its
 1 + maxRetries deliveries; every step effect at most its committed attempts plus the crashes;
 no history with a gap or a fork; `sumi replay` equal to the live read models.
@@ -11,9 +11,10 @@ picks another run of faults.
 
 import asyncio
 import collections
+import contextlib
 import os
 import random
-import signal
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -31,7 +32,7 @@ from sumi.infra import KafkaBroker, PostgresServer
 from sumi.supervisor import Supervisor
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, new_settings, new_space
-from tests.httpkit import WORKFLOW, b64
+from tests.httpkit import QUEUE, WORKFLOW, b64
 
 SECONDS = float(os.environ.get("SUMI_CHAOS_SECONDS", "15"))
 CALM = 5.0  # seconds of traffic before the first fault and after the last
@@ -77,13 +78,14 @@ def chaos_host() -> Iterator[tuple[Host, KafkaBroker, PostgresServer]]:
     broker.launch()
     pg.launch()
     supervisor = None
+    logs = tempfile.TemporaryFile()
     try:
         broker.wait_started()
         pg.wait_started()
         settings = new_settings(broker.bootstrap, pg.url, decision_timeout=10.0)
         asyncio.run(prepare(settings))
         token = "sumi_chaos_" + uuid.uuid4().hex
-        supervisor = Supervisor(settings, parts=[broker, pg]).start()
+        supervisor = Supervisor(settings, parts=[broker, pg], stderr=logs).start()
         asyncio.run(issue_admin_token(settings, token, timeout=120))
         supervisor.wait_ready()
         yield Host(supervisor.url, token, settings, supervisor), broker, pg
@@ -92,6 +94,16 @@ def chaos_host() -> Iterator[tuple[Host, KafkaBroker, PostgresServer]]:
             supervisor.stop()
         broker.stop()
         pg.stop()
+        logs.close()
+
+
+def every_log(host: Host, broker: KafkaBroker, pg: PostgresServer) -> bytes:
+    """What the services, the broker and the database wrote to their logs so far, faults and all."""
+    out = host.supervisor.stderr
+    assert out is not None
+    out.flush()
+    out.seek(0)
+    return out.read() + (broker.data_dir / "broker.log").read_bytes() + (pg.base_dir / "postgres.log").read_bytes()
 
 
 class Driver:
@@ -106,16 +118,14 @@ class Driver:
         return [
             *(f"kill {s}" for s in services),
             *(f"stop {s}" for s in services),
-            "kill runtime",
-            "kill broker",
-            "kill database",
+            *(f"{what} {part}" for what in ("kill", "stop") for part in ("runtime", "broker", "database")),
         ]
 
     async def run(self, until: float) -> None:
         kinds = self.kinds()
         self.rng.shuffle(kinds)  # every kind once in the short form, then at random
         # The broker and the database last: their restarts are the longest outages.
-        kinds.sort(key=lambda k: k not in ("kill broker", "kill database"))
+        kinds.sort(key=lambda k: k.split(" ")[1] not in ("broker", "database"))
         while kinds or time.monotonic() < until:
             kind = kinds.pop() if kinds else self.rng.choice(self.kinds())
             try:
@@ -127,21 +137,37 @@ class Driver:
 
     def inject(self, kind: str) -> None:
         what, name = kind.split(" ", 1)
-        if name in ("broker", "database"):
-            part = self.broker if name == "broker" else self.pg
-            _main_child(part).send_signal(signal.SIGKILL)
-        elif name == "runtime":
-            for service in ("queue", "workflow"):
-                for p in psutil.Process(self.sup.procs[service].pid).children(recursive=True):
-                    if p.name() == "node":
-                        p.kill()
-        elif what == "kill":
-            self.sup.procs[name].send_signal(signal.SIGKILL)
-        else:  # a pause: the process is alive, holds its sockets and answers nothing
-            proc = psutil.Process(self.sup.procs[name].pid)
-            proc.suspend()
+        targets = self.targets(name)
+        if what == "kill":
+            for p in targets:
+                p.kill()
+            return
+        # A pause: the process is alive, holds its sockets and answers nothing; the broker's
+        # sessions and the database's connections time out on the other side meanwhile. The
+        # whole tree: a postmaster paused alone leaves its backends answering.
+        targets += [c for p in targets for c in p.children(recursive=True)]
+        paused = []
+        try:
+            for p in targets:
+                p.suspend()
+                paused.append(p)
             time.sleep(self.rng.uniform(0.5, 1.5))
-            proc.resume()
+        finally:
+            for p in paused:
+                with contextlib.suppress(psutil.NoSuchProcess):  # killed meanwhile as wedged: restarted
+                    p.resume()
+
+    def targets(self, name: str) -> list[psutil.Process]:
+        if name in ("broker", "database"):
+            return [_main_child(self.broker if name == "broker" else self.pg)]
+        if name == "runtime":
+            return [
+                p
+                for service in ("queue", "workflow")
+                for p in psutil.Process(self.sup.procs[service].pid).children(recursive=True)
+                if p.name() == "node"
+            ]
+        return [psutil.Process(self.sup.procs[name].pid)]
 
 
 def _main_child(part: Any) -> psutil.Process:
@@ -289,6 +315,14 @@ async def soak(host: Host, broker: KafkaBroker, pg: PostgresServer) -> None:
         worker = await api.worker(QUEUE_JS)
         await api.consumer(queue, worker, maxRetries=MAX_RETRIES, deadLetterQueue={"resourceUid": dlq})
         flow_worker = await api.worker(source=FLOW_JS, handlers=(), bindings={"OUT": out})
+        # A secret handed in once, refused as it must be: it may not reach a log through the faults.
+        private = "private-" + uuid.uuid4().hex
+        refused = await client.post(
+            f"/v2/spaces/{space.name}/resources",
+            headers={**api.h, "Idempotency-Key": uuid.uuid4().hex},
+            json={"name": "p", "form": QUEUE, "spec": {}, "privateInputs": {"password": private}},
+        )
+        assert refused.status_code == 400, refused.text
         flows = Flows(
             api, await api.create("soak-flow", WORKFLOW, {"worker": {"resourceUid": flow_worker}, "className": "Flow"})
         )
@@ -311,9 +345,15 @@ async def soak(host: Host, broker: KafkaBroker, pg: PostgresServer) -> None:
     again = sum(n - 1 for n in accepted.values())
     audit = await replay_and_compare(host.settings)
     violations += [f"replay: {d}" for d in audit.differences]
+    # Issue 20 item 3: no token and no privateInputs in any log, tracebacks of every fault included.
+    secrets = {"admin token": host.admin_token, "editor token": space.editor_token}
+    secrets |= {"viewer token": space.viewer_token, "privateInputs": private}
+    logged = every_log(host, broker, pg)
+    violations += [f"{what} in a log" for what, secret in secrets.items() if secret.encode() in logged]
     print(
         f"\nsoak {SECONDS:.0f}s seed {SEED}: {len(sent)} messages, {len(instances)} instances;"
         f" faults {dict(driver.faults)}; appended again under a retried send {again};"
+        f" {len(logged) // 1024} KiB of logs searched for {len(secrets)} secrets;"
         f" invariant violations {len(violations)}"
     )
     assert violations == [], violations[:10]

@@ -270,6 +270,14 @@ def test_a_first_start_prints_only_its_progress_and_the_readme_tour_runs_on_it(
     # QC-9, WF-18, WF-43: the README's tour exactly as given, after this first `sumi up`, its
     # profile alone telling the CLI where the Host is.
     run_tour(Cli(None, workdir / "home", monkeypatch))
+    # QC-15, WF-1 (issue 20 item 3): what this Host wrote to its operator, every service's log and
+    # the broker's and the database's included, holds the admin token only on the line that hands
+    # it over, and never a token issued later, a revoked one or privateInputs.
+    secrets = handle_secrets(host.url, auth)
+    logs = host.output() + host.errors()
+    logs += "".join(f.read_text(errors="replace") for f in host.state.rglob("*.log") if f.is_file())
+    assert logs.count(token) == 1, "the admin token is written beyond its one line"
+    assert [what for what, secret in secrets.items() if secret in logs] == []
 
 
 def test_fetching_the_jars_ahead_prints_their_place_and_nothing_else() -> None:
@@ -283,6 +291,29 @@ def test_fetching_the_jars_ahead_prints_their_place_and_nothing_else() -> None:
     )
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert Path(done.stdout.strip(), ".complete").exists(), done.stdout
+
+
+def handle_secrets(url: str, admin: dict[str, str]) -> dict[str, str]:
+    """A token issued, used, revoked and used again, and privateInputs refused: the secrets a
+    Host is handed in its ordinary work, by name."""
+    private = "private-" + os.urandom(8).hex()
+    with httpx.Client(base_url=url, timeout=30) as http:
+        issued = http.post(
+            "/v2/tokens",
+            headers=admin,
+            json={"principal": "leaky", "grants": [{"space": "quiet", "role": "editor"}], "admin": False},
+        )
+        assert issued.status_code == 201, issued.text
+        editor = {"Authorization": f"Bearer {issued.json()['token']}"}
+        refused = http.post(
+            "/v2/spaces/quiet/resources",
+            headers={**editor, "Idempotency-Key": "leaky"},
+            json={"name": "p", "form": QUEUE, "spec": {}, "privateInputs": {"password": private}},
+        )
+        assert refused.status_code == 400, refused.text
+        assert http.delete("/v2/tokens/leaky", headers=admin).status_code == 204
+        assert http.get("/v2/spaces/quiet/resources", headers=editor).status_code == 401
+    return {"issued token": issued.json()["token"], "privateInputs": private}
 
 
 def create_queue(http: httpx.Client, space: str) -> str:
