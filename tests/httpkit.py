@@ -1,7 +1,10 @@
 """What every test over the Host's HTTP API needs: Form URLs, headers, Problem checks."""
 
+import asyncio
 import base64
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -37,3 +40,37 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str
     assert body["status"] == status and body["code"] == code, body
     assert body["type"] == f"urn:sumi:problem:{code}", body
     return body
+
+
+class Users:
+    """Many users' HTTP clients, one connection each, lent for a request at a time.
+
+    Not one httpx client with many connections: its pool scans every connection it holds on
+    every request, and from about 64 connections on that scan alone fills a core of this
+    2-core machine, so a benchmark would time its own client. Waiting for a free user is
+    part of what a caller measures, as a user waits for a free hand.
+    """
+
+    def __init__(self, base_url: str, n: int, headers: dict[str, str] | None = None, timeout: float = 120) -> None:
+        # Below the gateway's 5 s keep-alive: a connection is never reused as the server closes it.
+        limits = httpx.Limits(max_connections=1, keepalive_expiry=2.0)
+        self.all = [
+            httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits, headers=headers) for _ in range(n)
+        ]
+        self._free: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
+        for client in self.all:
+            self._free.put_nowait(client)
+
+    @contextlib.asynccontextmanager
+    async def lend(self) -> AsyncIterator[httpx.AsyncClient]:
+        client = await self._free.get()
+        try:
+            yield client
+        finally:
+            self._free.put_nowait(client)
+
+    async def __aenter__(self) -> "Users":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.gather(*(client.aclose() for client in self.all))

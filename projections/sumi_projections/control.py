@@ -18,6 +18,15 @@ async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
     handler = _HANDLERS.get(type(rec))
     if handler is not None:
         await handler(cur, rec)
+        if type(rec) in _LOOKED_UP:
+            await _changed(cur)
+
+
+async def _changed(cur: Cursor) -> None:
+    # Delivered when this transaction commits, in the order sent: ahead of the decision of the
+    # command that made the change, if it follows in the same batch. Postgres folds the copies
+    # of one transaction into one. The gateways drop the rows they keep (gateway._lookups).
+    await cur.execute("SELECT pg_notify('sumi_changed_' || current_schema(), '')")
 
 
 async def _space_created(cur: Cursor, rec: r.SpaceCreated) -> None:
@@ -127,6 +136,17 @@ async def _command_decided(cur: Cursor, rec: r.CommandDecided) -> None:
         ),
     )
 
+
+# What the gateways look up on every request: tokens, grants, Spaces, a Resource's UID and state.
+_LOOKED_UP = {
+    r.SpaceCreated,
+    r.SpaceDeleted,
+    r.TokenIssued,
+    r.TokensRevoked,
+    r.ResourceCreated,
+    r.ResourceStateChanged,
+    r.ResourceDeleted,
+}
 
 _HANDLERS: dict[type, Any] = {
     r.SpaceCreated: _space_created,

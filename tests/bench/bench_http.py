@@ -26,7 +26,6 @@ import time
 import uuid
 from typing import Any
 
-import httpx
 import psutil
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -35,7 +34,7 @@ from sumi.core import records as r
 from tests.bench.bench_workflow import STEPS, TEN, dbos_bench, pct
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, SpaceFixture, new_settings, running_host
-from tests.httpkit import WORKFLOW
+from tests.httpkit import WORKFLOW, Users
 
 N1 = int(os.environ.get("BENCH_WF_N1", "30"))
 N100 = int(os.environ.get("BENCH_WF_N100", "600"))
@@ -297,17 +296,10 @@ async def users(n: int, clients: list[Flows], one: Any) -> float:
     return time.perf_counter() - t0
 
 
-def http_client(host: Host) -> httpx.AsyncClient:
-    # Below the gateway's 5 s keep-alive: a connection is never reused as the server closes it.
-    return httpx.AsyncClient(base_url=host.url, timeout=120, limits=httpx.Limits(keepalive_expiry=2.0))
-
-
 async def sumi_bench(host: Host) -> list[dict[str, Any]]:
     admin = {"Authorization": f"Bearer {host.admin_token}"}
-    # A client per user, as 100 users are: one shared httpx pool scans every connection on each
-    # request, and at 100 connections that scan takes a large share of a core of this machine.
-    async with contextlib.AsyncExitStack() as stack:
-        client, *others = [await stack.enter_async_context(http_client(host)) for _ in range(100)]
+    async with Users(host.url, 100) as people:
+        client, *others = people.all
         name = "bench-" + uuid.uuid4().hex[:8]
         assert (await client.post("/v2/spaces", json={"name": name}, headers=admin)).status_code == 201
         resp = await client.post(

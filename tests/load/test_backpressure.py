@@ -8,7 +8,6 @@ The issue's 200 clients x 60 s in the normal run; SUMI_LOAD_CLIENTS and SUMI_LOA
 """
 
 import asyncio
-import contextlib
 import os
 import statistics
 import threading
@@ -21,7 +20,7 @@ import psutil
 
 from tests.conformance.kit import Api
 from tests.hostkit import Host, new_space
-from tests.httpkit import WORKFLOW, auth
+from tests.httpkit import WORKFLOW, Users, auth
 
 CLIENTS = int(os.environ.get("SUMI_LOAD_CLIENTS", "200"))
 SECONDS = float(os.environ.get("SUMI_LOAD_SECONDS", "60"))
@@ -112,20 +111,13 @@ async def test_many_clients_get_success_or_a_retry_after_and_nothing_accepted_is
     paths = {"send": f"{base}/queues/{queue}/messages", "create": f"{base}/workflows/{flow}/instances"}
     tally, rss = Tally(), Rss(host)
     rss.start()
-    # A client each, with a connection of its own, as CLIENTS users are: one shared httpx pool
-    # scans every connection per request, and at 200 that scan alone fills a core of this machine.
-    clients = [
-        httpx.AsyncClient(base_url=host.url, timeout=120, headers=auth(space.editor_token)) for _ in range(CLIENTS)
-    ]
-    async with contextlib.AsyncExitStack() as stack:
-        for each in clients:
-            await stack.enter_async_context(each)
+    async with Users(host.url, CLIENTS, headers=auth(space.editor_token)) as users:
         started = time.monotonic()
         end = started + SECONDS
-        await asyncio.gather(*(client(http, n, paths, tally, end) for n, http in enumerate(clients)))
+        await asyncio.gather(*(client(http, n, paths, tally, end) for n, http in enumerate(users.all)))
         took = time.monotonic() - started
         rss.stopped.set()
-        http = clients[0]
+        http = users.all[0]
         stats = await settled(http, paths["send"].replace("/messages", "/stats"), tally.messages)
         listed = await instances(http, paths["create"])
     report(tally, took, rss.peaks)

@@ -1,7 +1,8 @@
 """Who is calling, and what they may do in a Space (host-api.md section 1).
 
-Looked up on every request and never cached, so a revocation is effective on
-the very next request.
+Looked up on every request, through `_lookups`: kept until the control projection
+says tokens, grants or Spaces changed, so a revocation is effective on the next
+request this gateway answers after it (docs/decisions.md).
 """
 
 import hashlib

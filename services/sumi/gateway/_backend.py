@@ -2,8 +2,9 @@
 listener its requests learn their decisions from (`_decisions`).
 
 All are opened by the app's lifespan and reached through `backend(request)`; nothing
-else in the gateway holds a connection. The one state it keeps is `Written`: where its
-own latest queue sends landed, so a read after them waits for the projection.
+else in the gateway holds a connection. The state it keeps: `Written`, where its own
+latest queue sends landed, so a read after them waits for the projection; and `Lookups`,
+the rows every request looks up, until they change.
 """
 
 import asyncio
@@ -22,6 +23,7 @@ from sumi.core import pgtext
 from sumi.core.config import Settings
 from sumi.core.topics import MAX_RECORD_BYTES, partition_for
 from sumi.gateway._decisions import Decisions
+from sumi.gateway._lookups import Lookups
 
 log = logging.getLogger("sumi.gateway")
 
@@ -57,7 +59,8 @@ class Backend:
         self.written = Written()
         self._pool: AsyncConnectionPool | None = None
         self._producer: AIOKafkaProducer | None = None
-        self.decisions = Decisions(settings, self._decided)
+        self.lookups = Lookups()
+        self.decisions = Decisions(settings, self._decided, self.lookups)
 
     async def start(self, kafka_wait: float = 30.0) -> None:
         s = self.settings

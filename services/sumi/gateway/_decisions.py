@@ -1,4 +1,5 @@
 """Decisions pushed to the gateway: Postgres notifications, not polling (docs/decisions.md).
+The same connection hears the changes of the rows `_lookups` keeps.
 
 A projection that writes a `decisions` row also notifies `sumi_decided_<schema>` with
 the command ID, in the same transaction, so the notification arrives exactly when the
@@ -21,6 +22,7 @@ import psycopg_pool
 
 from sumi.core import pgtext
 from sumi.core.config import Settings
+from sumi.gateway._lookups import Lookups, changes_channel
 
 log = logging.getLogger("sumi.gateway")
 
@@ -34,9 +36,12 @@ def channel(schema: str) -> str:
 
 
 class Decisions:
-    def __init__(self, settings: Settings, fetch: Callable[[list[str]], Awaitable[list[Row]]]) -> None:
+    def __init__(
+        self, settings: Settings, fetch: Callable[[list[str]], Awaitable[list[Row]]], lookups: Lookups
+    ) -> None:
         self.settings = settings
         self.fetch = fetch  # the decisions rows of these command IDs (the backend's pool)
+        self.lookups = lookups  # told of every change of the rows it keeps, on the same connection
         self.waiting: dict[str, list[asyncio.Future[Row]]] = {}
         self.listening = asyncio.Event()
         self._notified: set[str] = set()
@@ -78,17 +83,23 @@ class Decisions:
         while True:
             try:
                 async with await self._connect() as conn:
-                    await conn.execute(f'LISTEN "{channel(self.settings.db_schema)}"')
+                    changes = changes_channel(self.settings.db_schema)
+                    await conn.execute(f'LISTEN "{channel(self.settings.db_schema)}"; LISTEN "{changes}"')
                     self.listening.set()
+                    self.lookups.heard(True)
                     delay = 0.1
                     self._notify(list(self.waiting))  # whatever was decided while nobody listened
                     async for note in conn.notifies():
-                        self._notify(note.payload.split(","))
+                        if note.channel == changes:
+                            self.lookups.changed()
+                        else:
+                            self._notify(note.payload.split(","))
             except asyncio.CancelledError:
                 raise
             except psycopg.Error as exc:
                 log.warning("decision listener: %s; reconnecting in %.1fs", exc, delay)
             self.listening.clear()
+            self.lookups.heard(False)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 

@@ -11,7 +11,7 @@ from input.
 
 from typing import Any
 
-from sumi.control.forms.names import MODULE_WORKER
+from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER
 from sumi.gateway._backend import Backend, Row
 
 RESOURCE_COLUMNS = "uid, space, name, form, generation, state, spec, observed, output, created_at, updated_at"
@@ -34,8 +34,12 @@ def _ref_column(ref: str) -> str:
 
 
 async def caller(db: Backend, token_hash: str, space: str) -> Row | None:
-    """Who a live token is, in one round trip (every request asks): principal, admin, the
-    Spaces and roles of its grants (two arrays), and whether `space` exists ("" asks none)."""
+    """Who a live token is, in one round trip (every request asks; kept until a change): principal,
+    admin, the Spaces and roles of its grants (two arrays), and whether `space` exists ("" asks none)."""
+    return await db.lookups.get(("caller", token_hash, space), lambda: _caller(db, token_hash, space))
+
+
+async def _caller(db: Backend, token_hash: str, space: str) -> Row | None:
     return await db.fetchone(
         "SELECT t.principal, t.admin, "
         "coalesce(array_agg(g.space) FILTER (WHERE g.space IS NOT NULL), '{}') AS spaces, "
@@ -106,16 +110,24 @@ async def resources(
 
 
 async def queue(db: Backend, space: str, form: str, ref: str) -> Row | None:
-    """uid, state of the Space's queue Resource (of Form `form`) by UID or name."""
-    return await db.fetchone(
-        f"SELECT uid, state FROM resources WHERE space = %s AND form = %s AND {_ref_column(ref)} = %s",
-        (space, form, ref),
+    """uid, state of the Space's queue Resource (of Form `form`) by UID or name (kept until a change)."""
+    return await db.lookups.get(
+        ("resource", space, form, ref),
+        lambda: db.fetchone(
+            f"SELECT uid, state FROM resources WHERE space = %s AND form = %s AND {_ref_column(ref)} = %s",
+            (space, form, ref),
+        ),
     )
 
 
 async def worker(db: Backend, space: str, ref: str) -> Row | None:
     """uid, state of the Space's ModuleWorker by UID or name."""
     return await queue(db, space, MODULE_WORKER, ref)
+
+
+async def workflow(db: Backend, space: str, ref: str) -> Row | None:
+    """uid, state of the Space's DurableWorkflow by UID or name."""
+    return await queue(db, space, DURABLE_WORKFLOW, ref)
 
 
 async def known_messages(db: Backend, message_ids: list[str]) -> set[str]:

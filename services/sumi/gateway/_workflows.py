@@ -28,7 +28,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sumi.control.forms.durable_workflow import STATUSES
-from sumi.control.forms.names import DURABLE_WORKFLOW
 from sumi.core.ids import new_ulid
 from sumi.core.problems import Problem
 from sumi.core.times import rfc3339
@@ -86,8 +85,8 @@ async def workflow_uid(request: Request, write: bool) -> tuple[Caller, str]:
     """The caller and the DurableWorkflow's UID; a deleted Workflow is `not_found`."""
     space, ref = request.path_params["space"], request.path_params["uid"]
     caller = await authorize(request, space, write=write)
-    row = await reads.resource(backend(request), space, ref)
-    if row is None or row["form"] != DURABLE_WORKFLOW:
+    row = await reads.workflow(backend(request), space, ref)
+    if row is None:
         raise Problem("not_found", f"no DurableWorkflow {ref!r} in Space {space!r}")
     return caller, str(row["uid"])
 
