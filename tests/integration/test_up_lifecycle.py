@@ -185,11 +185,30 @@ def refuses_a_second_up(first: Up, workdir: Path) -> None:
     assert httpx.get(f"{first.url}/healthz", timeout=5).status_code == 200
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture(scope="module")
+def up_per_signal() -> Iterator[dict[signal.Signals, tuple[Up, Path]]]:
+    """A `sumi up` for each stop signal, all started at once: one start-up's wait, not three.
+    Each test stops its own; the others stay idle meanwhile."""
+    made: dict[signal.Signals, tuple[Up, Path]] = {}
+    try:
+        for sig in STOP_SIGNALS:
+            path = Path(tempfile.mkdtemp(prefix="sumi-up-test-"))
+            made[sig] = (Up(path), path)
+        yield made
+    finally:
+        for host, path in made.values():
+            host.kill()
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("sig", STOP_SIGNALS, ids=lambda s: s.name)
 def test_after_ready_a_second_up_is_refused_and_a_stop_signal_stops_everything_in_order_quietly(
-    up: Callable[..., Up], workdir: Path, sig: signal.Signals
+    up_per_signal: dict[signal.Signals, tuple[Up, Path]], sig: signal.Signals
 ) -> None:
-    host = up()
+    host, workdir = up_per_signal[sig]
     host.wait_line("sumi: ready in")
     refuses_a_second_up(host, workdir)
     host.remember()
