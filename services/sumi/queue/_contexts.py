@@ -11,6 +11,13 @@ Version by percentage (`pick_version`); only a context of that Version serves it
 This is for queue batches only. Workflow contexts never come through here:
 their rule that no state survives between contexts (WF-32) is untouched.
 
+A batch that finds no idle context takes the first that comes: one another batch of its
+pair hands back, or one of the starts in progress. A new start begins only when every start
+in progress is already promised to an earlier batch. A start takes up to seconds on a loaded
+machine and a batch a few milliseconds, so a burst that raises the concurrency no longer waits
+for starts it does not need. A start in progress counts as a context of its Consumer (QC-42:
+module code runs while it starts), and a failed one fails the batch it was promised to.
+
 A context is never reused once it stopped for any reason (CPU, heap or wall
 limit, a physical stop, its runtime process exiting), after a batch that did
 not return normally, or once its Version has left the worker's allocation or
@@ -19,7 +26,7 @@ its Consumer is no longer live: such a context is stopped physically.
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 log = logging.getLogger("sumi.queue")
@@ -30,7 +37,9 @@ Key = tuple[str, str]  # (Consumer UID, Version UID)
 class ContextPool:
     def __init__(self, on_stopped: Callable[[], None] = lambda: None) -> None:
         self._idle: dict[Key, list[Any]] = {}
-        self._stopping: dict[asyncio.Task[None], str] = {}  # stop in progress -> Consumer UID
+        self._waiting: dict[Key, list[asyncio.Future[Any]]] = {}  # batches promised the next context
+        self._starts: dict[Key, int] = {}  # starts in progress
+        self._stopping: dict[asyncio.Future[Any], str] = {}  # stop or start in progress -> Consumer UID
         self._on_stopped = on_stopped
         # Consumers with a context whose stop the runtime did not confirm (QC-42: such a
         # boundary is unproven until the runtime process itself is gone).
@@ -46,8 +55,66 @@ class ContextPool:
             # It died while idle (its runtime process exited): nothing left to stop.
         return None
 
+    def acquire(
+        self, key: Key, start: Callable[[], Awaitable[Any]], servable: Callable[[], bool], limit: int
+    ) -> "asyncio.Future[Any]":
+        """A context for a batch of `key`: an idle one at once, else the first to come."""
+        got: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        ctx = self.take(key)
+        if ctx is not None:
+            got.set_result(ctx)
+            return got
+        waiting = self._waiting.setdefault(key, [])
+        waiting.append(got)
+        if self._starts.get(key, 0) < len(waiting):
+            self._start(key, start, servable, limit)
+        return got
+
+    def release(self, key: Key, got: "asyncio.Future[Any]", limit: int) -> None:
+        """The batch no longer waits (it ended first): a context promised to it goes to the next."""
+        waiting = self._waiting.get(key, [])
+        if got in waiting:
+            waiting.remove(got)
+        if got.done() and not got.cancelled() and got.exception() is None:
+            self.give(key, got.result(), reusable=True, limit=limit)
+        else:
+            got.cancel()
+
+    def _start(self, key: Key, start: Callable[[], Awaitable[Any]], servable: Callable[[], bool], limit: int) -> None:
+        self._starts[key] = self._starts.get(key, 0) + 1
+        task = asyncio.ensure_future(start())
+        self._stopping[task] = key[0]
+
+        def started(task: "asyncio.Future[Any]") -> None:
+            self._stopping.pop(task, None)
+            self._starts[key] -= 1
+            if task.cancelled() or task.exception() is not None:
+                failed = None if task.cancelled() else task.exception()
+                self._promise(key, failed=failed or RuntimeError("the context start was cancelled"))
+            elif not self._promise(key, ctx=task.result()):
+                self.give(key, task.result(), servable(), limit)
+            self._on_stopped()
+
+        task.add_done_callback(started)
+
+    def _promise(self, key: Key, ctx: Any = None, failed: BaseException | None = None) -> bool:
+        """Hand a context (or a start's failure) to the first batch waiting: whether one was."""
+        waiting = self._waiting.get(key, [])
+        while waiting:
+            got = waiting.pop(0)
+            if got.done():
+                continue
+            if failed is not None:
+                got.set_exception(failed)
+            else:
+                got.set_result(ctx)
+            return True
+        return False
+
     def give(self, key: Key, ctx: Any, reusable: bool, limit: int) -> None:
-        """Keep the context for the next batch of `key`, or stop it."""
+        """Hand the context to a batch waiting for one, keep it for the next, or stop it."""
+        if reusable and ctx.stop_reason is None and self._promise(key, ctx=ctx):
+            return
         idle = self._idle.setdefault(key, [])
         if reusable and ctx.stop_reason is None and len(idle) < limit:
             idle.append(ctx)
@@ -61,7 +128,7 @@ class ContextPool:
                 self.stop(key[0], ctx)
 
     def stopping(self, consumer_uid: str) -> bool:
-        """Whether a context of this Consumer is still being stopped (QC-42's boundary)."""
+        """Whether a context of this Consumer is still being stopped or started (QC-42's boundary)."""
         return consumer_uid in self._stopping.values()
 
     def idle(self, key: Key) -> int:
@@ -79,7 +146,7 @@ class ContextPool:
             log.exception("stopping idle context %s", getattr(ctx, "id", "?"))
             self.unconfirmed.add(consumer_uid)
 
-    def _stopped(self, task: "asyncio.Task[None]") -> None:
+    def _stopped(self, task: "asyncio.Future[None]") -> None:
         self._stopping.pop(task, None)
         self._on_stopped()
 

@@ -113,12 +113,14 @@ class BatchRun:
         if code is None:
             await self.committed
             return "threw", "the picked Version is gone"
-        warm = self.engine.contexts.take((self.consumer_uid, code.uid))
-        if warm is not None:
-            self.ctx = warm
+        key, limit = (self.consumer_uid, code.uid), self.settings().max_concurrency
+        got = self.engine.contexts.acquire(key, lambda: self._start_ctx(code), lambda: self.engine.servable(key), limit)
+        try:
             await self.committed  # QC-43: recorded before the handler starts
-        else:
-            await self._start_ctx(code)
+        except BaseException:
+            self.engine.contexts.release(key, got, limit)
+            raise
+        self.ctx = await got
         if self.stopping:
             await self._stop_ctx()
             return "stopped", None
@@ -138,21 +140,16 @@ class BatchRun:
             return "returned", None
         return "threw", f"{result.reason}: {result.error_name}: {result.error_message}"
 
-    async def _start_ctx(self, code: Code) -> None:
-        """A fresh context, started while the BatchDelivered commits."""
+    async def _start_ctx(self, code: Code) -> Any:
+        """A fresh context of this batch's Version, started while its BatchDelivered commits
+        (the pool may hand it to another batch of the pair: it is rebound per invocation)."""
         rt = await self.engine.runtime(code.runtime, code.space)
-        starting = asyncio.ensure_future(
-            rt.start_context(
-                [Module(n, c) for n, c in code.modules],
-                code.main_module,
-                Limits(cpu_ms=self.engine.settings.runtime_cpu_ms),
-                host_call=self.host_call,
-            )
+        return await rt.start_context(
+            [Module(n, c) for n, c in code.modules],
+            code.main_module,
+            Limits(cpu_ms=self.engine.settings.runtime_cpu_ms),
+            host_call=self.host_call,
         )
-        try:
-            await self.committed  # QC-43: recorded before the handler starts
-        finally:
-            self.ctx = await starting
 
     # ---- host calls ----------------------------------------------------------------------
 
