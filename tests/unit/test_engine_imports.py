@@ -81,5 +81,6 @@ def test_the_check_sees_an_indirect_import() -> None:
     # It can fail: the queue service reaches the workflow package through the client.
     assert "sumi.workflow.client" in reaches("sumi._queue_service")
     assert "sumi.workflow._state" in reaches("sumi._queue_service")  # one module further
-    assert "sumi.queue.engine" in _direct("sumi.queue._runs")  # imported inside a function (and TYPE_CHECKING)
+    assert "sumi.workflow.engine" in _direct("sumi.workflow._runs")  # imported under TYPE_CHECKING
+    assert "sumi.gateway" in _direct("sumi.cli._host_cmds")  # imported inside a function
     assert "sumi.runtime._jshost" in _direct("sumi.runtime")  # a relative import

@@ -10,26 +10,70 @@ ID is `unknown_batch`) and resolve only once their record has committed.
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from sumi.core import logs
+from sumi.core import ids, logs
 from sumi.core import records as r
+from sumi.core.clock import now_ms
+from sumi.core.config import Settings
 from sumi.engines.sends import sent
-from sumi.engines.worklogs import LogTags
+from sumi.engines.worklogs import LogTags, WorkerLogs
 from sumi.queue import _decide as d
-from sumi.queue._control import Code, Consumer
+from sumi.queue._contexts import ContextPool, Key
+from sumi.queue._control import Code, Consumer, ControlTable
+from sumi.queue._state import EngineState
 from sumi.runtime import EnvSpec, HostError, Limits, Module, QueueBatch, QueueMessage
-
-if TYPE_CHECKING:
-    from sumi.queue.engine import Engine
+from sumi.runtime.types import Runtime
 
 log = logging.getLogger("sumi.queue")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{ids.new_ulid()}"
+
+
+def gone(uid: str, queue: str) -> Consumer:
+    """A deleted Consumer's stand-in: only end_batch's "stopped" path can follow."""
+    return Consumer(uid, "", queue, "", 1, 0, 1, 0, 0, None, "deleting")
+
+
+class Workflows(Protocol):
+    """The workflow engine's Caller Bindings as a queue handler reaches them (WF-18).
+
+    Given to the engine by the service (sumi._queue_service, the workflow client), so
+    this package never imports sumi.workflow."""
+
+    async def call(self, code: Code | None, method: str, args: dict[str, Any]) -> Any: ...
+
+    async def run(self) -> None: ...
+
+
+class Host(Protocol):
+    """What a run needs of its engine: the engine's state and tables, its context pool and
+    runtimes, and its one way to commit records (so this module never imports the engine)."""
+
+    settings: Settings
+    state: EngineState
+    control: ControlTable
+    contexts: ContextPool
+    workflows: Workflows
+    worklogs: WorkerLogs
+    runs: "dict[str, BatchRun]"
+    wake: asyncio.Event
+
+    def emit(self, records: list[Any]) -> "asyncio.Future[None]": ...
+
+    def consumer(self, uid: str) -> Consumer | None: ...
+
+    def servable(self, key: Key) -> bool: ...
+
+    async def runtime(self, kind: str, space: str = "") -> Runtime: ...
 
 
 class BatchRun:
     def __init__(
         self,
-        engine: "Engine",
+        engine: Host,
         consumer_uid: str,
         batch: r.BatchDelivered,
         queue_name: str,
@@ -68,9 +112,7 @@ class BatchRun:
     def settings(self) -> Consumer:
         c = self.engine.consumer(self.consumer_uid)
         if c is None:  # deleted meanwhile: only end_batch's "stopped" path can follow
-            from sumi.queue.engine import _gone
-
-            return _gone(self.consumer_uid, self.batch.queueUid)
+            return gone(self.consumer_uid, self.batch.queueUid)
         return c
 
     async def _run(self) -> None:
@@ -212,13 +254,5 @@ _SETTLE = {
 }
 
 
-def _now() -> int:
-    from sumi.core.clock import now_ms
-
-    return now_ms()
-
-
-def _new_id(prefix: str) -> str:
-    from sumi.queue.engine import new_id
-
-    return new_id(prefix)
+_now = now_ms
+_new_id = new_id

@@ -25,7 +25,7 @@ consumer group and give each its own transactional ID; not done yet.
 import asyncio
 import contextlib
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from prometheus_client import CollectorRegistry
@@ -45,9 +45,9 @@ from sumi.engines.worklogs import WorkerLogs
 from sumi.queue import _decide as d
 from sumi.queue._batching import pick_version, plan
 from sumi.queue._contexts import ContextPool, Key
-from sumi.queue._control import LIVE, Code, Consumer, ControlTable
+from sumi.queue._control import LIVE, Consumer, ControlTable
 from sumi.queue._metrics import QueueMetrics
-from sumi.queue._runs import BatchRun
+from sumi.queue._runs import BatchRun, Workflows, gone, new_id
 from sumi.queue._state import ENGINE_RECORDS, EngineState, evolve
 from sumi.runtime.types import Runtime
 
@@ -55,22 +55,7 @@ log = logging.getLogger("sumi.queue")
 SWEEP_MS = 1000
 
 
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{ids.new_ulid()}"
-
-
 _ACCEPTED_FP = codec.encode(r.MessageAccepted("q", "s", "m", b"", 0, 0))[2:10]
-
-
-class Workflows(Protocol):
-    """The workflow engine's Caller Bindings as a queue handler reaches them (WF-18).
-
-    Given to the engine by the service (sumi._queue_service, the workflow client), so
-    this package never imports sumi.workflow."""
-
-    async def call(self, code: Code | None, method: str, args: dict[str, Any]) -> Any: ...
-
-    async def run(self) -> None: ...
 
 
 class Engine:
@@ -350,12 +335,8 @@ class Engine:
         """Every batch still open in the log was abandoned by an earlier engine."""
         now = now_ms()
         for b in list(self.state.batches.values()):
-            c = self.consumer(b.consumer_uid) or _gone(b.consumer_uid, b.queue_uid)
+            c = self.consumer(b.consumer_uid) or gone(b.consumer_uid, b.queue_uid)
             self.emit(d.end_batch(self.state, c, b.id, "abandoned", now, new_id))
-
-
-def _gone(uid: str, queue: str) -> Consumer:
-    return Consumer(uid, "", queue, "", 1, 0, 1, 0, 0, None, "deleting")
 
 
 __all__ = ["Engine", "Workflows"]

@@ -26,14 +26,23 @@ import math
 import weakref
 from collections.abc import Callable
 from time import time as _wall_clock  # bound before worker code runs
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sumi.core.canonical import DocumentError, document, loads
 
 from .types import HostError
 
-if TYPE_CHECKING:
-    from ._pyabi import Abi
+
+class Abi(Protocol):
+    """What a workflow run needs of the child's ABI (`_pyabi.Abi`): its host calls, the step
+    its printed lines name, and the switch that ends them."""
+
+    halted: bool
+
+    def watch_step(self, step: Callable[[], str | None]) -> None: ...
+
+    async def call(self, method: str, args: dict[str, Any]) -> Any: ...
+
 
 MAX_NAME = 256
 MAX_SLEEP_SECONDS = 31_536_000
