@@ -24,14 +24,16 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+import httpx
 import psutil
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from sumi.core import codec, kafka
 from sumi.core import records as r
-from tests.bench.bench_workflow import STEPS, TEN, dbos_bench, pct
+from tests.bench.bench_workflow import STEPS, TEN, dbos_bench, pct, pool
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, SpaceFixture, new_settings, running_host
 from tests.httpkit import WORKFLOW, Users
@@ -107,8 +109,10 @@ class Ends:
         await self.consumer.stop()
 
 
-async def sumi_run(clients: list[Flows], ends: Ends, n: int, concurrency: int) -> dict[str, Any]:
-    """n instances, `concurrency` users at a time, each user with its HTTP client of its own."""
+async def sumi_run(
+    people: Users, flows_of: Callable[[httpx.AsyncClient], Flows], ends: Ends, n: int, concurrency: int
+) -> dict[str, Any]:
+    """n instances, `concurrency` users at a time, each with an HTTP client of its own."""
     tag = uuid.uuid4().hex[:6]
     posts: list[float] = []
     phases: dict[str, list[float]] = {
@@ -121,7 +125,11 @@ async def sumi_run(clients: list[Flows], ends: Ends, n: int, concurrency: int) -
     lat: list[float] = []
     starts: list[float] = []
 
-    async def one(i: int, flows: Flows) -> None:
+    async def one(i: int) -> None:
+        async with people.lend() as client:
+            await instance(i, flows_of(client))
+
+    async def instance(i: int, flows: Flows) -> None:
         iid = f"{tag}-{i}"
         ended = ends.ended(iid)
         t0, w0 = time.perf_counter(), time.time()
@@ -145,7 +153,7 @@ async def sumi_run(clients: list[Flows], ends: Ends, n: int, concurrency: int) -
                 phases[phase].append(ms * 1000)
         lat.extend(body["output"]["lat"][1:])  # the first one also waits for the context start
 
-    elapsed = await users(n, clients[:concurrency], one)
+    elapsed = await pool(n, concurrency, one)
     span = (max(starts) - min(starts)) if len(starts) > 1 else elapsed
     out = {
         "system": f"sumi/http c={concurrency}",
@@ -283,23 +291,10 @@ async def lag_samples(task: asyncio.Task[list[int]]) -> list[int]:
         return []
 
 
-async def users(n: int, clients: list[Flows], one: Any) -> float:
-    """Like `pool`, one user per client: n calls of `one`, each user taking the next when done."""
-    todo = iter(range(n))
-    t0 = time.perf_counter()
-
-    async def user(flows: Flows) -> None:
-        for i in todo:
-            await one(i, flows)
-
-    await asyncio.gather(*(user(flows) for flows in clients))
-    return time.perf_counter() - t0
-
-
 async def sumi_bench(host: Host) -> list[dict[str, Any]]:
     admin = {"Authorization": f"Bearer {host.admin_token}"}
     async with Users(host.url, 100) as people:
-        client, *others = people.all
+        client = people.all[0]
         name = "bench-" + uuid.uuid4().hex[:8]
         assert (await client.post("/v2/spaces", json={"name": name}, headers=admin)).status_code == 201
         resp = await client.post(
@@ -316,16 +311,19 @@ async def sumi_bench(host: Host) -> list[dict[str, Any]]:
                 f"wf-{uuid.uuid4().hex[:8]}", WORKFLOW, {"worker": {"resourceUid": worker}, "className": "Ten"}
             ),
         )
-        clients = [flows, *(Flows(Api(c, space), flows.uid) for c in others)]
+
+        def flows_of(c: httpx.AsyncClient) -> Flows:
+            return Flows(Api(c, space), flows.uid)
+
         ends = Ends(host)
         await ends.start()
         try:
-            await sumi_run(clients, ends, 5, 5)  # warm-up: runtime started, JIT, connections
-            one = await sumi_run(clients, ends, N1, 1)
+            await sumi_run(people, flows_of, ends, 5, 5)  # warm-up: runtime started, JIT, connections
+            one = await sumi_run(people, flows_of, ends, N1, 1)
             parts = processes(host)
             before, t0 = cpu(parts), time.perf_counter()
             lag = asyncio.create_task(projection_lag(host, ends))
-            hundred = await sumi_run(clients, ends, N100, 100)
+            hundred = await sumi_run(people, flows_of, ends, N100, 100)
             after, elapsed = cpu(parts), time.perf_counter() - t0
             lag.cancel()
             print(json.dumps({"workflow projection lag (records), every 2 s": await lag_samples(lag)}), flush=True)

@@ -1,7 +1,7 @@
 """Chaos soak (issue 20 item 1): a mixed workload while a driver SIGKILLs and SIGSTOPs the gateway,
 each processor, the worker runtimes, the broker and the database at random moments (the
-supervisor that launched the broker and the database restarts them when killed). Checked afterwards from the topics:
-no message lost, none acknowledged twice, each acknowledged or dead-lettered after its
+supervisor that launched the broker and the database restarts them when killed). Checked
+afterwards from the topics: no message lost, none acknowledged twice, each acknowledged or dead-lettered after its
 1 + maxRetries deliveries; every step effect at most its committed attempts plus the crashes;
 no history with a gap or a fork; `sumi replay` equal to the live read models.
 

@@ -31,6 +31,7 @@ from sumi.infra._cache import cache_dir
 from sumi.infra._ports import port_taken
 from sumi.supervisor import available_services
 from tests.hostkit import new_settings
+from tests.httpkit import QUEUE, auth
 from tests.integration.cli.clikit import Cli, run_tour
 
 GONE_WITHIN = 10.0  # the issue's bound: no process left and the ports free within 10 s of the signal
@@ -262,9 +263,6 @@ def test_after_ready_sigkill_of_up_leaves_nothing_and_a_dead_service_takes_its_r
     print(f"SIGKILL: gone {host.assert_gone(sent):.1f}s after")
 
 
-QUEUE = "https://edge.forms.takoform.com/forms/AtLeastOnceQueue/0.2.0/"
-
-
 def test_a_first_start_prints_only_its_progress_and_the_readme_tour_runs_on_it(
     up: Callable[..., Up], workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -280,8 +278,8 @@ def test_a_first_start_prints_only_its_progress_and_the_readme_tour_runs_on_it(
     lines = host.output().splitlines()
     assert all(line.startswith("sumi: ") for line in lines), lines
     token = host.output().split("sumi: admin token ", 1)[1].split()[0]
-    auth = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=host.url, headers=auth, timeout=30) as http:
+    admin = auth(token)
+    with httpx.Client(base_url=host.url, headers=admin, timeout=30) as http:
         assert http.post("/v2/spaces", json={"name": "quiet"}).status_code == 201
         queue = create_queue(http, "quiet")
         sent = http.post(f"/v2/spaces/quiet/queues/{queue}/messages", json={"messages": [{"body": "aGk="}]})
@@ -292,7 +290,7 @@ def test_a_first_start_prints_only_its_progress_and_the_readme_tour_runs_on_it(
     # QC-15, WF-1 (issue 20 item 3): what this Host wrote to its operator, every service's log and
     # the broker's and the database's included, holds the admin token only on the line that hands
     # it over, and never a token issued later, a revoked one or privateInputs.
-    secrets = handle_secrets(host.url, auth)
+    secrets = handle_secrets(host.url, admin)
     logs = host.output() + host.errors()
     logs += "".join(f.read_text(errors="replace") for f in host.state.rglob("*.log") if f.is_file())
     assert logs.count(token) == 1, "the admin token is written beyond its one line"
@@ -323,7 +321,7 @@ def handle_secrets(url: str, admin: dict[str, str]) -> dict[str, str]:
             json={"principal": "leaky", "grants": [{"space": "quiet", "role": "editor"}], "admin": False},
         )
         assert issued.status_code == 201, issued.text
-        editor = {"Authorization": f"Bearer {issued.json()['token']}"}
+        editor = auth(issued.json()["token"])
         refused = http.post(
             "/v2/spaces/quiet/resources",
             headers={**editor, "Idempotency-Key": "leaky"},
@@ -352,7 +350,7 @@ def create_queue(http: httpx.Client, space: str) -> str:
 
 def deploy_example(host: Up) -> None:
     token = host.output().split("sumi: admin token ", 1)[1].split()[0]
-    r = httpx.post(f"{host.url}/v2/spaces", json={"name": "demo"}, headers={"Authorization": f"Bearer {token}"})
+    r = httpx.post(f"{host.url}/v2/spaces", json={"name": "demo"}, headers=auth(token))
     assert r.status_code == 201, r.text
     example = Path(__file__).resolve().parents[2] / "examples" / "hello-queue"
     argv = ["deploy", str(example), "--worker", "hello", "--space", "demo", "--url", host.url, "--token", token]

@@ -88,9 +88,9 @@ class ContextPool:
         def started(task: "asyncio.Future[Any]") -> None:
             self._stopping.pop(task, None)
             self._starts[key] -= 1
-            if task.cancelled() or task.exception() is not None:
-                failed = None if task.cancelled() else task.exception()
-                self._promise(key, failed=failed or RuntimeError("the context start was cancelled"))
+            failed = RuntimeError("the context start was cancelled") if task.cancelled() else task.exception()
+            if failed is not None:
+                self._promise(key, failed=failed)
             elif not self._promise(key, ctx=task.result()):
                 self.give(key, task.result(), servable(), limit)
             self._on_stopped()
@@ -113,10 +113,11 @@ class ContextPool:
 
     def give(self, key: Key, ctx: Any, reusable: bool, limit: int) -> None:
         """Hand the context to a batch waiting for one, keep it for the next, or stop it."""
-        if reusable and ctx.stop_reason is None and self._promise(key, ctx=ctx):
+        usable = reusable and ctx.stop_reason is None
+        if usable and self._promise(key, ctx=ctx):
             return
         idle = self._idle.setdefault(key, [])
-        if reusable and ctx.stop_reason is None and len(idle) < limit:
+        if usable and len(idle) < limit:
             idle.append(ctx)
         else:
             self.stop(key[0], ctx)

@@ -130,9 +130,9 @@ class BatchRun:
         # this pair can take it as soon as the end frees its slot.
         self._release_ctx(outcome == "returned")
         try:
-            now = _now()
+            now = now_ms()
             ended = self.engine.emit(
-                d.end_batch(self.engine.state, self.settings(), self.batch.batchId, outcome, now, _new_id, error)
+                d.end_batch(self.engine.state, self.settings(), self.batch.batchId, outcome, now, new_id, error)
             )
             # The slot is free once the end is folded; a next batch's records commit after it.
             self.engine.wake.set()
@@ -219,7 +219,7 @@ class BatchRun:
             raise HostError("backend_unavailable", "the settlement could not be committed") from exc
 
     def _ack(self, args: dict[str, Any]) -> list[Any]:
-        return d.acknowledge(self.engine.state, args["batchId"], args.get("messageId"), _now())
+        return d.acknowledge(self.engine.state, args["batchId"], args.get("messageId"), now_ms())
 
     def _retry(self, args: dict[str, Any]) -> list[Any]:
         return d.retry(
@@ -228,22 +228,22 @@ class BatchRun:
             args["batchId"],
             args.get("messageId"),
             args.get("delaySeconds"),
-            _now(),
-            _new_id,
+            now_ms(),
+            new_id,
         )
 
     def _ack_all(self, args: dict[str, Any]) -> list[Any]:
-        return d.acknowledge_all(self.engine.state, args["batchId"], _now())
+        return d.acknowledge_all(self.engine.state, args["batchId"], now_ms())
 
     def _retry_all(self, args: dict[str, Any]) -> list[Any]:
         return d.retry_all(
-            self.engine.state, self.settings(), args["batchId"], args.get("delaySeconds"), _now(), _new_id
+            self.engine.state, self.settings(), args["batchId"], args.get("delaySeconds"), now_ms(), new_id
         )
 
     async def _send(self, args: dict[str, Any]) -> None:
         """A queue binding's send: appended to the bound queue, resolved once durable."""
         assert self.code is not None
-        await self._durable(sent(self.engine.control, self.code, args, _now(), _new_id))
+        await self._durable(sent(self.engine.control, self.code, args, now_ms(), new_id))
 
 
 _SETTLE = {
@@ -252,7 +252,3 @@ _SETTLE = {
     "batch.acknowledgeAll": BatchRun._ack_all,
     "batch.retryAll": BatchRun._retry_all,
 }
-
-
-_now = now_ms
-_new_id = new_id
