@@ -3,6 +3,13 @@
 its data planes (`queue`, `instances`), administration (`space`, `token`, `login`,
 `context`) and the audit (`replay`, `audit`). Exit codes: sumi.cli._errors."""
 
-from sumi.cli._app import app, main
+import sys
+
+if sys.argv[1:2] == ["serve"]:  # before the imports below: a stop while they run is a clean exit
+    from sumi._signals import exit_quietly_on_stop
+
+    exit_quietly_on_stop()
+
+from sumi.cli._app import app, main  # noqa: E402
 
 __all__ = ["app", "main"]

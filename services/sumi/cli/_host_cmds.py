@@ -66,7 +66,7 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
     import importlib
 
     from sumi._lifeline import hold_if_asked
-    from sumi._signals import run_until_stopped
+    from sumi._signals import exit_quietly_on_stop, run_until_stopped
 
     config = settings()
     hold_if_asked()  # started by `sumi up`: die with it
@@ -76,10 +76,9 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
         from sumi.gateway import create_app
 
         # While it serves, uvicorn stops gracefully on SIGINT and SIGTERM, then raises the signal again
-        # with the handler it found: this one, so a stop exits 0 (before it serves, at once). A closed
-        # terminal (SIGHUP) means the same as SIGTERM.
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, _exit_quietly)
+        # with the handler it found: exit_quietly_on_stop's, so a stop exits 0 (before it serves, at
+        # once). A closed terminal (SIGHUP) means the same as SIGTERM.
+        exit_quietly_on_stop()
         signal.signal(signal.SIGHUP, lambda s, f: signal.raise_signal(signal.SIGTERM))
         uvicorn.run(create_app(config), host=config.http_host, port=config.http_port, log_level="warning")
         return 0
@@ -91,10 +90,6 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
 
     asyncio.run(run_until_stopped(run()))
     return 0
-
-
-def _exit_quietly(signum: int, frame: object) -> None:
-    raise SystemExit(0)
 
 
 def bootstrap() -> int:
