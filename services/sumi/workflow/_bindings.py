@@ -10,7 +10,7 @@ the WF codes. A binding names a DurableWorkflow of the calling Version's
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sumi.control.state import VersionView
 from sumi.core import ids
@@ -20,14 +20,28 @@ from sumi.core.topics import instance_key
 from sumi.runtime import HostError
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
+from sumi.workflow._control import WorkflowControl
 from sumi.workflow._state import Instance
 
-if TYPE_CHECKING:
-    from sumi.workflow.engine import Engine
+
+class Decider(Protocol):
+    """What a binding call needs of the engine: its fold and tables, and the decisions a
+    command gets (so this module never imports the engine)."""
+
+    instances: dict[str, Instance]
+    control: WorkflowControl
+
+    def now(self) -> int: ...
+
+    def decide(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller, now: int) -> d.Decision: ...
+
+    def apply(self, key: str, decision: d.Decision) -> "asyncio.Future[None]": ...
+
+    def terminate(self, key: str, cmd: c.TerminateInstance, caller: d.Caller) -> "asyncio.Future[r.CommandDecided]": ...
 
 
 class Bindings:
-    def __init__(self, engine: "Engine") -> None:
+    def __init__(self, engine: Decider) -> None:
         self.engine = engine
 
     async def call(self, code: VersionView | None, method: str, args: dict[str, Any]) -> Any:

@@ -11,24 +11,53 @@ does the run publish sleeping, waiting or a terminal status (WF-46).
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from sumi.control.state import VersionView
 from sumi.core import ids, logs
+from sumi.core import records as r
+from sumi.core.config import Settings
 from sumi.engines.sends import sent
-from sumi.engines.worklogs import LogTags
+from sumi.engines.worklogs import LogTags, WorkerLogs
 from sumi.runtime import EnvSpec, HostError, Limits, Module
 from sumi.runtime.allocation import pick_version
-from sumi.runtime.types import StepRecord, WorkflowInvocation, WorkflowOutcome
+from sumi.runtime.types import Runtime, StepRecord, WorkflowInvocation, WorkflowOutcome
 from sumi.workflow import _decide as d
+from sumi.workflow._bindings import Bindings
+from sumi.workflow._control import WorkflowControl
+from sumi.workflow._metrics import WorkflowMetrics
+from sumi.workflow._spares import Spares
 from sumi.workflow._state import Instance
-
-if TYPE_CHECKING:
-    from sumi.workflow.engine import Engine
 
 log = logging.getLogger("sumi.workflow")
 LIMIT_STOPS = ("cpu_limit", "heap_limit", "wall_limit")
 RUNTIME_FAILED = "runtime_failed"  # the runtime could not start or serve the context
+
+
+class Host(Protocol):
+    """What a run needs of its engine: the fold and the tables it decides against, the
+    engine's one way to commit records, its runtimes and spares, and where a run's end
+    goes (so this module never imports the engine; the engine satisfies this as it is)."""
+
+    settings: Settings
+    limits: d.Limits
+    instances: dict[str, Instance]
+    control: WorkflowControl
+    spares: Spares
+    bindings: Bindings
+    worklogs: WorkerLogs
+    metrics: WorkflowMetrics
+
+    def now(self) -> int: ...
+
+    def emit(self, key: str, records: Sequence[r.Record]) -> "asyncio.Future[None]": ...
+
+    async def runtime(self, kind: str, space: str = "") -> Runtime: ...
+
+    async def restart_runtimes(self) -> None: ...
+
+    async def ended(self, run: "ContextRun", outcome: WorkflowOutcome) -> None: ...
 
 
 def invocation(inst: Instance, class_name: str, limits: d.Limits) -> WorkflowInvocation:
@@ -49,7 +78,7 @@ def invocation(inst: Instance, class_name: str, limits: d.Limits) -> WorkflowInv
 
 class ContextRun:
     def __init__(
-        self, engine: "Engine", key: str, class_name: str, allocation: list[tuple[str, int]], solo: bool = False
+        self, engine: Host, key: str, class_name: str, allocation: list[tuple[str, int]], solo: bool = False
     ) -> None:
         self.engine = engine
         self.solo = solo  # in a worker thread of its own: its last context was evicted from a shared one

@@ -12,19 +12,28 @@ ran an execution lately, and only a few per Version (`Settings.workflow_spare_co
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sumi.control.state import VersionView
+from sumi.core.config import Settings
 from sumi.runtime import Limits, Module
-
-if TYPE_CHECKING:
-    from sumi.workflow.engine import Engine
+from sumi.runtime.types import Runtime
 
 log = logging.getLogger("sumi.workflow")
 
 
+class Starter(Protocol):
+    """What spares need of the engine: its runtimes, and whether it is going down (so this
+    module never imports the engine)."""
+
+    settings: Settings
+    closing: bool
+
+    async def runtime(self, kind: str, space: str = "") -> Runtime: ...
+
+
 class Spares:
-    def __init__(self, engine: "Engine", per_version: int | None = None) -> None:
+    def __init__(self, engine: Starter, per_version: int | None = None) -> None:
         self.engine = engine
         self.per_version = engine.settings.workflow_spare_contexts if per_version is None else per_version
         self._ready: dict[str, list[Any]] = {}
