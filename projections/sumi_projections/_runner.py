@@ -4,7 +4,9 @@ Each polled batch is applied in one Postgres transaction together with the
 next offset of every partition it covers (projection_offsets), and on start
 the consumer seeks to those stored offsets: commits never outrun durable
 state, and a crash anywhere replays at most what was not yet committed.
-No consumer group: the projection assigns itself every partition.
+Replicas of a projection share the partitions through a consumer group; the rows of
+projection_offsets, locked by each batch, prove that no two apply the same records
+(`_owned`). The audit assigns itself every partition.
 
 A record that does not decode, or whose apply raises, is quarantined: sent to
 the quarantine topic and acknowledged there before the transaction holding the
@@ -28,6 +30,7 @@ from sumi.core import kafka, pgtext
 from sumi.core.backoff import Backoff
 from sumi.core.config import Settings
 from sumi.core.kafka import Out
+from sumi_projections._owned import Owned
 
 log = logging.getLogger(__name__)
 
@@ -93,39 +96,49 @@ class ProjectionRunner:
         module = sys.modules.get(getattr(apply, "__module__", ""))
         self.apply_many: ApplyMany | None = getattr(module, "apply_many", None)
         self.quarantine = kafka.Quarantine(settings, f"projection-{name}")
+        # Replicas of this projection writing the same read models share the partitions.
+        self.group = f"{settings.topic_prefix}-projection-{settings.db_schema}-{name}"
         self._marked = 0.0
 
     async def run(self, until: dict[int, int] | None = None, sink: Sink | None = None) -> None:
-        """Project forever, or (for the audit) exactly up to `until`'s next offsets."""
+        """Project forever as one replica of the group, or (for the audit) every partition
+        exactly up to `until`'s next offsets."""
         conn = await psycopg.AsyncConnection.connect(
             self.settings.database_url,
             autocommit=True,
             options=f"-c search_path={self.settings.db_schema}",
             context=pgtext.ADAPTERS,
         )
-        consumer = kafka.new_consumer(self.settings)
+        if until is None:
+            consumer = kafka.new_consumer(self.settings, self.group, group_instance_id=self.settings.replica or None)
+        else:
+            consumer = kafka.new_consumer(self.settings)
+        owned = Owned(consumer, self.name, self.topic)
         live = KafkaSink(self.settings) if sink is None else None
         sink = live or sink
         assert sink is not None
         await consumer.start()
         try:
             tps = await kafka.partitions(consumer, self.topic)
-            consumer.assign(tps)
-            stored = await self._stored_offsets(conn)
-            for tp in tps:
-                if tp.partition in stored:
-                    consumer.seek(tp, stored[tp.partition])
-                else:
-                    await consumer.seek_to_beginning(tp)
-            target = None if until is None else {tp: until.get(tp.partition, 0) for tp in tps}
+            target = None
+            if until is None:
+                consumer.subscribe([self.topic], listener=owned)
+            else:
+                consumer.assign(tps)
+                await owned.sync(conn, tps)
+                target = {tp: until.get(tp.partition, 0) for tp in tps}
             async for polled in kafka.batches(consumer, target, max_records=1000):
                 batch = polled
                 if target is not None:
                     batch = {tp: [m for m in ms if m.offset < target[tp]] for tp, ms in polled.items()}
                     batch = {tp: ms for tp, ms in batch.items() if ms}
                 if batch:
-                    await self._apply_batch(conn, batch, sink)
-                if until is None and (not batch or await self._at_end(consumer, tps)):
+                    await self._apply_batch(conn, owned, batch, sink)
+                # What a rebalance brought, read from its rows before the next fetch: a batch
+                # fetched before this seek must never be applied after it.
+                await owned.sync(conn)
+                settled = bool(consumer.assignment()) and not owned.unsynced  # joined, every partition read
+                if until is None and settled and (not batch or await self._at_end(consumer)):
                     await self._mark_caught_up(conn)
         finally:
             await consumer.stop()
@@ -136,10 +149,10 @@ class ProjectionRunner:
                 await live.close()
 
     @staticmethod
-    async def _at_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
-        """Whether the last fetch left nothing committed unapplied (under steady traffic a
-        poll is rarely empty, yet the projection can be current)."""
-        for tp in tps:
+    async def _at_end(consumer: AIOKafkaConsumer) -> bool:
+        """Whether the last fetch left nothing committed unapplied in this replica's partitions
+        (under steady traffic a poll is rarely empty, yet the projection can be current)."""
+        for tp in consumer.assignment():
             end = consumer.last_stable_offset(tp)
             if end is None or await consumer.position(tp) < end:
                 return False
@@ -157,44 +170,33 @@ class ProjectionRunner:
             (self.name,),
         )
 
-    async def _stored_offsets(self, conn: psycopg.AsyncConnection[Any]) -> dict[int, int]:
-        rows = await (
-            await conn.execute(
-                "SELECT partition, next_offset FROM projection_offsets WHERE projection = %s AND topic = %s",
-                (self.name, self.topic),
-            )
-        ).fetchall()
-        return {p: o for p, o in rows}
-
     async def _apply_batch(
-        self, conn: psycopg.AsyncConnection[Any], batch: dict[TopicPartition, list[Any]], sink: Sink
+        self, conn: psycopg.AsyncConnection[Any], owned: Owned, batch: dict[TopicPartition, list[Any]], sink: Sink
     ) -> None:
         now = int(time.time() * 1000)
-        outs: list[Out] = []
-        good: dict[TopicPartition, list[tuple[Any, Any]]] = {}
-        for tp, messages in batch.items():
-            for m in messages:
-                record = kafka.decode(m.value)
-                if isinstance(record, kafka.Rejected):
-                    outs.append(self.quarantine.out(m, record, now))
-                else:
-                    good.setdefault(tp, []).append((record, m))
-        if self.opener is not None:
-            for tp, items in good.items():
-                opened = await self.opener.open([rec for rec, _ in items])
-                good[tp] = [(rec, m) for rec, (_, m) in zip(opened, items, strict=True)]
         async with conn.transaction():
             async with conn.cursor() as cur:
+                mine = await owned.lock(cur, batch)  # first: no other replica applies these meanwhile
+                batch = {tp: ms for tp, ms in batch.items() if tp in mine}
+                outs: list[Out] = []
+                good: dict[TopicPartition, list[tuple[Any, Any]]] = {}
+                for tp, messages in batch.items():
+                    for m in messages:
+                        record = kafka.decode(m.value)
+                        if isinstance(record, kafka.Rejected):
+                            outs.append(self.quarantine.out(m, record, now))
+                        else:
+                            good.setdefault(tp, []).append((record, m))
+                if self.opener is not None:
+                    for tp, items in good.items():
+                        opened = await self.opener.open([rec for rec, _ in items])
+                        good[tp] = [(rec, m) for rec, (_, m) in zip(opened, items, strict=True)]
                 outs += await self._apply(conn, cur, good, now)
                 if outs:  # durably set aside before the offsets below move past them
                     await sink.put(outs)
-                for tp, messages in batch.items():
-                    await cur.execute(
-                        "INSERT INTO projection_offsets (projection, topic, partition, next_offset) "
-                        "VALUES (%s, %s, %s, %s) ON CONFLICT (projection, topic, partition) "
-                        "DO UPDATE SET next_offset = EXCLUDED.next_offset",
-                        (self.name, self.topic, tp.partition, messages[-1].offset + 1),
-                    )
+                moved = {tp.partition: messages[-1].offset + 1 for tp, messages in batch.items()}
+                await owned.move(cur, moved)
+        owned.committed(moved)
 
     async def _apply(
         self,

@@ -83,7 +83,9 @@ class Supervisor:
     ) -> None:
         self.settings = settings
         self.stderr = stderr  # where the services write their logs: ours unless given
-        self.env = {**os.environ, **settings.to_env(), **(env or {}), ENV: "stdin"}
+        # One replica of each service, restarted under the same name (Settings.replica).
+        named = {"SUMI_REPLICA": settings.replica or "supervised"}
+        self.env = {**os.environ, **settings.to_env(), **named, **(env or {}), ENV: "stdin"}
         self.services = services or available_services()
         self.restart = restart
         self.procs: dict[str, subprocess.Popen[bytes]] = {}

@@ -37,7 +37,11 @@ class ControlLogic:
 
 def control_runner(settings: Settings) -> TransactionalRunner:
     logic = ControlLogic(settings)
-    return TransactionalRunner(settings, "control", settings.topic("commands"), settings.topic("control"), logic)
+    # A command is decided against other partitions' state (a token's grant names a Space):
+    # one replica holds every partition, the others stand by (sumi.core.assignors).
+    return TransactionalRunner(
+        settings, "control", settings.topic("commands"), settings.topic("control"), logic, one_owner=True
+    )
 
 
 async def serve(settings: Settings) -> None:

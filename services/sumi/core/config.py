@@ -62,6 +62,11 @@ class Settings:
     # `sumi deploy`, a client of a Host: where the Host answers and the token it sends.
     deploy_url: str = "http://127.0.0.1:8080"
     deploy_token: str = field(default="", repr=False)
+    # This process's name among the replicas of its service, stable across its restarts: the
+    # static member of its consumer groups (KIP-345), so a replica that restarts takes its
+    # partitions straight back instead of waiting out its own session. "" = a dynamic member
+    # (replicas started by hand or by `compose --scale`); the supervisor names its one of each.
+    replica: str = ""
     log_format: str = "text"  # the Host's own log: text, or json (one object per line; sumi.core.logs)
 
     def __post_init__(self) -> None:
@@ -120,6 +125,7 @@ class Settings:
             "deploy_url": env.get("SUMI_URL", "http://127.0.0.1:8080"),
             "deploy_token": env.get("SUMI_TOKEN", ""),
             "log_format": env.get("SUMI_LOG_FORMAT") or "text",
+            "replica": env.get("SUMI_REPLICA", ""),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
@@ -162,6 +168,7 @@ class Settings:
             "SUMI_CACHE_DIR": self.cache_dir,
             "SUMI_LOG_LEVEL": self.log_level,
             "SUMI_LOG_FORMAT": self.log_format,
+            "SUMI_REPLICA": self.replica,
         }
 
 

@@ -1,11 +1,15 @@
 """The one consume -> decide -> produce processor, in Kafka transactions (on `sumi.core.kafka`).
 
 A processor owns the partitions of its input topic that the consumer group
-gives it. Its state for a partition is the fold of the same partition of its
+gives it; any number of replicas share them. Each partition has a transactional
+producer of its own (`sumi.core.fencing`), started before the partition's
+committed offset is read, so a replica that lost a partition can commit nothing
+for it after. Its state for a partition is the fold of the same partition of its
 changelog topic, read to the end (read_committed) before any input of that
 partition is decided. Each polled batch is decided and produced in one
-transaction together with the input offsets (send_offsets_to_transaction),
-so outputs, state and progress commit together or not at all.
+transaction per partition together with its input offset
+(send_offsets_to_transaction), so outputs, state and progress commit together
+or not at all.
 
 An input record that does not decode, or whose handling raises, is quarantined
 in that same transaction and the processor goes on with the next one. A bad
@@ -20,10 +24,11 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from sumi.core import kafka
+from sumi.core import assignors, kafka
 from sumi.core.config import Settings
+from sumi.core.fencing import PartitionProducers
 from sumi.core.kafka import Out
 
 log = logging.getLogger(__name__)
@@ -44,7 +49,13 @@ class Logic(Protocol):
 
 class TransactionalRunner:
     def __init__(
-        self, settings: Settings, name: str, input_topic: str, changelog_topic: str, logic: Logic, instance: str = "0"
+        self,
+        settings: Settings,
+        name: str,
+        input_topic: str,
+        changelog_topic: str,
+        logic: Logic,
+        one_owner: bool = False,
     ) -> None:
         self.settings = settings
         self.name = name
@@ -52,7 +63,8 @@ class TransactionalRunner:
         self.changelog_topic = changelog_topic
         self.logic = logic
         self.group = f"{settings.topic_prefix}-{name}"
-        self.transactional_id = f"{settings.topic_prefix}-{name}-{instance}"
+        self.producers = PartitionProducers(settings, name, linger_ms=0)
+        self.one_owner = one_owner  # decisions span partitions: one replica holds all, the rest stand by
         self.quarantine = kafka.Quarantine(settings, name)
         self.ready = asyncio.Event()
         self.failed: BaseException | None = None
@@ -61,20 +73,20 @@ class TransactionalRunner:
 
     async def run(self) -> None:
         kafka.shorten_txn_retry()  # a command's decision waits on this processor's commit
-        producer = kafka.new_producer(self.settings, self.transactional_id, linger_ms=0)
+        replica = self.settings.replica
         consumer = kafka.new_consumer(
             self.settings,
             self.group,
-            # Static membership: a restarted instance takes its partitions
-            # back at once instead of after the dead one's session expires.
-            group_instance_id=self.transactional_id,
+            # A named replica is a static member: restarted, it takes its partitions
+            # back at once instead of after its own dead session expires.
+            group_instance_id=f"{self.name}-{replica}" if replica else None,
             session_timeout_ms=10000,
             heartbeat_interval_ms=2000,
+            **self._assignor(),
         )
         try:  # started inside: a stop signal while they start still stops them (unstopped clients log errors)
-            await producer.start()
             await consumer.start()
-            consumer.subscribe([self.input_topic], listener=_Rebuild(self))
+            consumer.subscribe([self.input_topic], listener=_Rebuild(self, consumer))
             epoch = self.epoch
             async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
                 if self.failed is not None:
@@ -86,11 +98,16 @@ class TransactionalRunner:
                         if tp in consumer.assignment():
                             consumer.seek(tp, messages[0].offset)
                 elif batch:
-                    await self._process(producer, batch)
+                    await self._process(batch)
                 epoch = self.epoch  # for the next poll
         finally:
             await consumer.stop()
-            await producer.stop()
+            await self.producers.close()
+
+    def _assignor(self) -> dict[str, Any]:
+        if not self.one_owner:
+            return {}
+        return {"partition_assignment_strategy": (assignors.one_owner(lambda: bool(self.producers.producers)),)}
 
     def decide(self, message: Any, now: int) -> list[Out]:
         """One input record's outputs, or its quarantine: never an exception."""
@@ -103,11 +120,15 @@ class TransactionalRunner:
             log.exception("%s could not handle %s[%d]@%d", self.name, message.topic, message.partition, message.offset)
             return [self.quarantine.out(message, kafka.failed(exc), now)]
 
-    async def _process(self, producer: AIOKafkaProducer, batch: dict[TopicPartition, list[Any]]) -> None:
+    async def _process(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        """Each partition's records decided in order, committed on its own producer (beside
+        the others'): a partition this replica lost meanwhile commits nothing."""
         now = int(time.time() * 1000)
-        outs = [out for messages in batch.values() for message in messages for out in self.decide(message, now)]
-        offsets = {tp: messages[-1].offset + 1 for tp, messages in batch.items()}
-        await kafka.commit(producer, outs, self.settings.partitions, offsets, self.group)
+        commits = []
+        for tp, messages in batch.items():
+            outs = [out for message in messages for out in self.decide(message, now)]
+            commits.append(self.producers.commit(tp, outs, {tp: messages[-1].offset + 1}, self.group))
+        await asyncio.gather(*commits)
 
     def fold(self, message: Any, before_end: bool = True) -> None:
         kafka.fold_or_skip(self.name, message, self.logic.fold)
@@ -127,8 +148,9 @@ class TransactionalRunner:
 
 
 class _Rebuild(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, runner: TransactionalRunner) -> None:
+    def __init__(self, runner: TransactionalRunner, consumer: AIOKafkaConsumer) -> None:
         self.runner = runner
+        self.consumer = consumer
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         pass
@@ -140,6 +162,8 @@ class _Rebuild(ConsumerRebalanceListener):  # type: ignore[misc]
         runner.epoch += 1
         runner.logic.reset()
         try:
+            # Fenced first: the changelog and the offsets read after it hold the old owner's last commit.
+            await runner.producers.fenced(self.consumer, assigned)
             await runner.rebuild(tp.partition for tp in assigned)
         except BaseException as exc:
             # aiokafka only logs a listener's failure; deciding on a partial fold must not happen.

@@ -1,11 +1,14 @@
 """The verifier: loads every new WorkerVersion once in a sandbox and reports what it exports.
 
-It reads the control log (consumer group `<prefix>-verifier`, read_committed).
+It reads the control log (consumer group `<prefix>-verifier`, read_committed); any
+number of replicas share its partitions, each partition's reports committed by a
+transactional producer of its own (`sumi.core.fencing`).
 For each `ResourceCreated` of a WorkerVersion it starts a context in the
 worker's runtime, asks `load_info()`, stops the context, and sends
 `operation.report` for the Version's create Operation to the commands topic
 (keyed and partitioned by the Space, like every command). The report and the
-group offset past its record commit in one Kafka transaction (sumi.core.kafka).
+group offset past its record commit in one Kafka transaction on the producer of the
+record's partition (sumi.core.kafka), which a replica taking the partition over fences.
 A new record that does not decode, or whose fold or verification raises, is
 quarantined the same way (with its offset) and the verifier goes on.
 
@@ -30,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from sumi.control.forms.names import MODULE_WORKER, WORKER_VERSION
 from sumi.control.state import ControlState, evolve
@@ -38,6 +41,7 @@ from sumi.core import kafka
 from sumi.core import records as r
 from sumi.core.commands import OperationReport, submitted
 from sumi.core.config import Settings
+from sumi.core.fencing import PartitionProducers
 from sumi.core.problems import FieldError, Problem
 from sumi.engines.fair import FairSlots
 from sumi.engines.runtimes import Runtimes
@@ -92,8 +96,7 @@ class Verifier:
         self.progress = Progress()
         self.group = f"{settings.topic_prefix}-verifier"
         self.quarantine = kafka.Quarantine(settings, "verifier")
-        self.producer: AIOKafkaProducer | None = None  # made in `run`: aiokafka needs the running loop
-        self.committing = asyncio.Lock()  # one transaction at a time on the one producer
+        self.producers = PartitionProducers(settings, "verifier", linger_ms=1)
 
     # ---- the fold -----------------------------------------------------------------------
 
@@ -198,12 +201,10 @@ class Verifier:
 
     async def run(self) -> None:
         settings = self.settings
-        # Transactional: a report (or a quarantined record) and the group offsets commit
-        # together, and a restarted verifier fences the one it replaces.
-        producer = self.producer = kafka.new_producer(settings, f"{settings.topic_prefix}-verifier-0", linger_ms=1)
-        consumer = kafka.new_consumer(settings, self.group)
+        # A named replica is a static member: restarted, it takes its partitions back at once.
+        member = f"verifier-{settings.replica}" if settings.replica else None
+        consumer = kafka.new_consumer(settings, self.group, group_instance_id=member)
         try:  # started inside: a stop signal while they start still stops them
-            await producer.start()
             await consumer.start()
             consumer.subscribe([settings.topic("control")], listener=_FromBeginning(self, consumer))
             # A load or a commit that fails ends the group, and the service, as one failure did before.
@@ -214,7 +215,7 @@ class Verifier:
                             await self._take(tp, message, loads)
         finally:
             await consumer.stop()
-            await producer.stop()
+            await self.producers.close()
             await self.close()
 
     async def _take(self, tp: TopicPartition, message: Any, loads: asyncio.TaskGroup) -> None:
@@ -226,7 +227,7 @@ class Verifier:
         record = kafka.decode(message.value)
         if isinstance(record, kafka.Rejected):
             if new:
-                await self._commit([self.quarantine.out(message, record)])
+                await self._commit(tp, [self.quarantine.out(message, record)])
             return
         try:
             self.fold(record)
@@ -238,7 +239,7 @@ class Verifier:
         except Exception as exc:
             log.exception("verifier skips %s[%d]@%d", message.topic, message.partition, message.offset)
             if new:
-                await self._commit([self.quarantine.out(message, kafka.failed(exc))])
+                await self._commit(tp, [self.quarantine.out(message, kafka.failed(exc))])
             return
         if job is not None:
             progress.started(tp, message.offset)
@@ -255,14 +256,15 @@ class Verifier:
             cmd = self.command(job.record.space, report, int(time.time() * 1000))
             outs = [kafka.Out(self.settings.topic("commands"), job.record.space, cmd)]
         progress.ended(tp, message.offset)
-        await self._commit(outs)
+        await self._commit(tp, outs)
 
-    async def _commit(self, outs: list[kafka.Out]) -> None:
-        assert self.producer is not None
-        async with self.committing:
-            # never behind the committed offset: a partition folded again from its start is below it
-            offsets = {tp: o for tp, o in self.progress.offsets().items() if o >= self.act_from.get(tp, 0)}
-            await kafka.commit(self.producer, outs, self.settings.partitions, offsets, self.group)
+    async def _commit(self, tp: TopicPartition, outs: list[kafka.Out]) -> None:
+        """On the partition's own producer; a partition lost meanwhile commits nothing (its
+        new owner verifies the Version again, and a repeated report changes nothing)."""
+        # never behind the committed offset: a partition folded again from its start is below it
+        at = self.progress.offsets().get(tp)
+        offsets = {tp: at} if at is not None and at >= self.act_from.get(tp, 0) else {}
+        await self.producers.commit(tp, outs, offsets, self.group)
 
 
 class _FromBeginning(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -278,8 +280,8 @@ class _FromBeginning(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: Any) -> None:
         self.verifier.reset()
         tps = list(assigned)
-        for tp in tps:
-            self.verifier.act_from[tp] = await self.consumer.committed(tp) or 0
+        # Fenced first: the committed offsets read then hold the previous owner's last report.
+        self.verifier.act_from.update(await self.verifier.producers.fenced(self.consumer, tps))
         if tps:
             await self.consumer.seek_to_beginning(*tps)
 

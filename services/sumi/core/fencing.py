@@ -1,0 +1,92 @@
+"""One transactional producer per input partition a replica holds: how replicas fence each other.
+
+A consume–decide–produce processor commits its outputs and its group offsets in one Kafka
+transaction. With one transactional ID per process, a second replica could not fence the
+first: a replica the group had given up on (paused, cut off) could still commit outputs for
+partitions now decided by another. So the transactional ID belongs to the input partition,
+`<prefix>-<name>-p<partition>` (Kafka's own pattern before KIP-447, which aiokafka does not
+speak): starting the producer of a partition aborts the open transaction of whichever
+replica held it before and makes its next commit fail (`ProducerFenced`), which ends that
+process. Only then does the new owner read the partition's committed offset (`fenced`), so
+no commit of the old owner can land between that read and the first decision.
+
+Rebalances under aiokafka's eager protocol revoke everything and assign anew: producers of
+partitions assigned again are kept, the others stopped.
+"""
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from sumi.core import kafka
+from sumi.core.config import Settings
+
+log = logging.getLogger(__name__)
+
+
+def transactional_id(settings: Settings, name: str, partition: int) -> str:
+    return f"{settings.topic_prefix}-{name}-p{partition}"
+
+
+class PartitionProducers:
+    def __init__(self, settings: Settings, name: str, **options: Any) -> None:
+        self.settings = settings
+        self.name = name
+        self.options = options
+        self.producers: dict[int, AIOKafkaProducer] = {}
+        self.locks: dict[int, asyncio.Lock] = {}  # one transaction at a time per producer
+
+    def get(self, tp: TopicPartition) -> AIOKafkaProducer | None:
+        return self.producers.get(tp.partition)
+
+    def lock(self, tp: TopicPartition) -> asyncio.Lock:
+        return self.locks.setdefault(tp.partition, asyncio.Lock())
+
+    async def assign(self, tps: Iterable[TopicPartition]) -> None:
+        """Hold exactly these partitions: new ones fenced from their previous owner, lost ones let go."""
+        wanted = {tp.partition for tp in tps}
+        for p in sorted(set(self.producers) - wanted):
+            await self._stop(p)
+        for p in sorted(wanted - set(self.producers)):
+            producer = kafka.new_producer(self.settings, transactional_id(self.settings, self.name, p), **self.options)
+            await producer.start()  # InitProducerId: the fence
+            self.producers[p] = producer
+
+    async def fenced(self, consumer: AIOKafkaConsumer, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Fence these partitions, then their committed offsets (0: none), and seek there."""
+        tps = list(tps)
+        await self.assign(tps)
+        offsets = {tp: await consumer.committed(tp) or 0 for tp in tps}
+        for tp, offset in offsets.items():
+            consumer.seek(tp, offset)
+        return offsets
+
+    async def commit(
+        self,
+        tp: TopicPartition,
+        outs: list[kafka.Out],
+        offsets: dict[TopicPartition, int],
+        group: str,
+    ) -> bool:
+        """One transaction on the partition's own producer; False if this replica no longer holds it."""
+        async with self.lock(tp):
+            producer = self.get(tp)
+            if producer is None:
+                return False
+            await kafka.commit(producer, outs, self.settings.partitions, offsets, group)
+            return True
+
+    async def _stop(self, partition: int) -> None:
+        producer = self.producers.pop(partition)
+        async with self.locks.setdefault(partition, asyncio.Lock()):  # after its last transaction
+            try:
+                await producer.stop()
+            except Exception:
+                log.exception("%s: stopping the producer of partition %d", self.name, partition)
+
+    async def close(self) -> None:
+        for p in sorted(self.producers):
+            await self._stop(p)

@@ -1,0 +1,212 @@
+"""Two replicas of the control processor, the verifier and the projections; one of each SIGKILLed
+under load, the other takes its partitions over: nothing lost, nothing decided or applied twice
+(issue 17, item 2). The verifier and the projections share their partitions; the control
+processor, whose decisions span partitions, has one owner and a standby.
+
+The second replicas are `sumi serve NAME` processes of their own beside the Host's supervised
+ones, with another replica name. The control processor and the verifier fence a lost
+partition's old owner by a transactional producer per partition (`sumi.core.fencing`); the
+projections prove each batch's partitions unmoved in Postgres (`sumi_projections._owned`),
+a proof the last test drives directly.
+"""
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from sumi.audit import replay_and_compare
+from sumi.core import records as r
+from sumi_projections import drop, migrate
+from sumi_projections._owned import Owned
+from tests.conformance.kit import Api
+from tests.hostkit import Host, control_log, new_settings, new_space, running_host
+from tests.httpkit import WORKER
+
+pytestmark = pytest.mark.integration
+
+ACK_JS = """
+export default {
+  async queue(batch, env, ctx) {
+    for (const m of batch.messages) await batch.acknowledge(m.id);
+  },
+};
+"""
+WORKER_SPEC = {"runtime": "javascript", "handlers": ["queue"]}
+
+
+SCALED = ("control", "verifier", "projections")
+GROUPS = (
+    "control",
+    "verifier",
+    "projection-{schema}-control",
+    "projection-{schema}-queue",
+    "projection-{schema}-workflow",
+)
+SPACES = 3
+ROUNDS = 6
+PER_SEND = 10
+
+
+@pytest.fixture(scope="module")
+def own_host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
+    # A command of a killed replica's partition waits out the group's session (10 s) for its decision.
+    with running_host(new_settings(kafka_bootstrap, database_url, partitions=6, decision_timeout=40.0)) as h:
+        yield h
+
+
+def _replica(host: Host, service: str, name: str) -> "subprocess.Popen[bytes]":
+    env = {**os.environ, **host.settings.to_env(), "SUMI_REPLICA": name}
+    return subprocess.Popen([sys.executable, "-m", "sumi.cli", "serve", service], env=env)
+
+
+async def _members(admin: AIOKafkaAdminClient, group: str) -> int:
+    (resp,) = await admin.describe_consumer_groups([group])
+    (described,) = resp.groups
+    state, members = described[2], described[5]
+    return len(members) if state == "Stable" else 0
+
+
+async def _until_members(host: Host, n: int, timeout: float = 90) -> None:
+    prefix, schema = host.settings.topic_prefix, host.settings.db_schema
+    groups = [f"{prefix}-{g.format(schema=schema)}" for g in GROUPS]
+    admin = AIOKafkaAdminClient(bootstrap_servers=host.settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout
+        for group in groups:
+            while await _members(admin, group) != n:
+                assert time.monotonic() < deadline, f"{group} never had {n} stable members"
+                await asyncio.sleep(0.5)
+    finally:
+        await admin.close()
+
+
+async def _round(api: Api, queue: str, round_: int) -> None:
+    await api.send(queue, *(f"{round_}-{i}" for i in range(PER_SEND)))
+    await api.queue()  # a command for the control processor
+    await api.version(await api.create(f"w-{round_}-{uuid.uuid4().hex[:6]}", WORKER, WORKER_SPEC), ACK_JS)
+
+
+def _kill(host: Host, seconds: dict[str, "subprocess.Popen[bytes]"]) -> None:
+    """SIGKILL the replica holding partitions: the supervised control processor, which held
+    every partition before its standby joined (sumi.core.assignors), kept down; the second
+    verifier and projections, which share their partitions with the supervised ones."""
+    host.supervisor.held.add("control")
+    host.supervisor.kill("control")
+    for service in ("verifier", "projections"):
+        seconds[service].send_signal(signal.SIGKILL)
+        seconds[service].wait()
+
+
+async def test_second_replicas_killed_under_load_lose_nothing_and_decide_nothing_twice(own_host: Host) -> None:
+    # QC-43, QC-46, QC-48: what was accepted is decided once and applied once, whichever replica held it.
+    # The control processor's standby takes over from its owner; the others' survivors take the dead one's share.
+    seconds = {service: _replica(own_host, service, "second") for service in SCALED}
+    try:
+        await _until_members(own_host, 2)
+        async with httpx.AsyncClient(base_url=own_host.url, timeout=60) as c:
+            apis = [Api(c, await new_space(own_host)) for _ in range(SPACES)]  # Spaces key the commands
+            worker = [await api.worker(ACK_JS) for api in apis]
+            queues = [await api.queue() for api in apis]
+            for api, q, w in zip(apis, queues, worker, strict=True):
+                await api.consumer(q, w)
+            took = 0.0
+            for round_ in range(ROUNDS):
+                if round_ == ROUNDS // 2:
+                    _kill(own_host, seconds)
+                    killed_at = time.monotonic()
+                await asyncio.gather(*(_round(api, q, round_) for api, q in zip(apis, queues, strict=True)))
+                if round_ == ROUNDS // 2:
+                    took = time.monotonic() - killed_at
+            print(f"\ntakeover: a queue, a verified Version and a send in {SPACES} Spaces {took:.1f} s after the kill")
+            for api, q in zip(apis, queues, strict=True):
+                stats = await api.until(q, timeout=90, acknowledged=ROUNDS * PER_SEND)
+                assert stats["retried"] == 0 and stats["ready"] == 0 and stats["inFlight"] == 0, stats
+            await _until_members(own_host, 1)
+            await asyncio.sleep(1.5)  # stats read the counters: wait out one more batch that could add to them
+            for api, q in zip(apis, queues, strict=True):
+                assert (await api.stats(q))["acknowledged"] == ROUNDS * PER_SEND  # once each, never twice
+        own_host.supervisor.release("control")
+        decided = Counter(rec.commandId for rec in await control_log(own_host) if isinstance(rec, r.CommandDecided))
+        assert decided and max(decided.values()) == 1, [k for k, n in decided.items() if n > 1]
+        audit = await replay_and_compare(own_host.settings)
+        assert audit.differences == [], audit.differences  # the rows are the log's fold, record for record
+    finally:
+        for proc in seconds.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+# ---- the proof itself, two replicas of one projection on one partition ---------------------------
+
+
+@pytest.fixture
+async def schema(database_url: str) -> AsyncIterator[str]:
+    name = "pr" + uuid.uuid4().hex[:8]
+    await asyncio.to_thread(migrate, database_url, name)
+    try:
+        yield name
+    finally:
+        await asyncio.to_thread(drop, database_url, name)
+
+
+async def test_a_replica_whose_partition_moved_on_applies_none_of_its_records(
+    kafka_bootstrap: str, database_url: str, schema: str
+) -> None:
+    # QC-48: a read model never applies a record twice, whichever replica holds the partition.
+    topic = "replicas-" + uuid.uuid4().hex[:8]
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    await admin.create_topics([NewTopic(topic, 1, 1)])
+    await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    for i in range(5):
+        await producer.send_and_wait(topic, b"r%d" % i, partition=0)
+    await producer.stop()
+    tp = TopicPartition(topic, 0)
+    consumers = [AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False) for _ in range(2)]
+    conns: list[psycopg.AsyncConnection[Any]] = []
+    for consumer in consumers:
+        await consumer.start()
+        consumer.assign([tp])
+        conns.append(
+            await psycopg.AsyncConnection.connect(database_url, autocommit=True, options=f"-c search_path={schema}")
+        )
+    try:
+        a, b = (Owned(consumer, "p", topic) for consumer in consumers)
+        await a.sync(conns[0], [tp])
+        await b.sync(conns[1], [tp])
+        assert a.expected == b.expected == {0: 0}  # both read the same row: a rebalance in between
+
+        async with conns[1].transaction(), conns[1].cursor() as cur:  # b applies 0..2 first
+            assert await b.lock(cur, [tp]) == {tp}
+            await b.move(cur, {0: 3})
+        b.committed({0: 3})
+
+        async with conns[0].transaction(), conns[0].cursor() as cur:
+            assert await a.lock(cur, [tp]) == set()  # a's records from 0 must not apply
+        assert tp in a.unsynced and not a.owns(tp)
+        await a.sync(conns[0])  # read again from the row: on from 3
+        assert a.expected == {0: 3} and a.owns(tp)
+        got = await consumers[0].getmany(tp, timeout_ms=5000)
+        assert [m.offset for m in got[tp]][0] == 3
+    finally:
+        for consumer in consumers:
+            await consumer.stop()
+        for conn in conns:
+            await conn.close()
