@@ -125,8 +125,12 @@ class QueueState:
     # ---- transitions ---------------------------------------------------------------------
 
     def accept(self, rec: r.MessageAccepted, at: Location | None = None) -> None:
-        if rec.messageId in self.messages or rec.messageId in self.settled or self.purged:
+        known = self.messages.get(rec.messageId)
+        if known is not None:
+            self._locate(known, at)
             return  # a re-sent append of the same message: the first one stands
+        if rec.messageId in self.settled or self.purged:
+            return
         self.space = rec.space
         m = Message(rec.messageId, self.next_seq, rec.acceptedAt, self._held(rec.body, at), rec.visibleAt, at=at)
         self.next_seq += 1
@@ -140,6 +144,14 @@ class QueueState:
             self.bodies.take(len(body))
             return body
         return None
+
+    def _locate(self, m: Message, at: Location | None) -> None:
+        """The engine folds its own appends (dead letters) when it decides them, before the
+        log gives their place; once it does, such a body is no longer held past the budget."""
+        if m.at is None and at is not None:
+            m.at = at
+            if m.batch is None and self.bodies.held > self.bodies.limit:
+                self._drop_body(m)
 
     def hold(self, mid: str, body: bytes) -> None:
         """A body read back from the log: held until the message is pending again or leaves."""

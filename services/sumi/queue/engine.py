@@ -218,7 +218,9 @@ class Engine:
 
     async def _read_pending(self, queue_uid: str, mids: list[str]) -> None:
         try:
-            await self.bodies(queue_uid, mids)
+            if len(await self.bodies(queue_uid, mids)) < len(mids):
+                # Settled meanwhile, or not in the log: ask again later, not in a busy loop.
+                await asyncio.sleep(1)
         except Exception:
             log.exception("reading back bodies of %s", queue_uid)
             await asyncio.sleep(1)  # the next step asks again
