@@ -36,7 +36,7 @@ class Message:
     at: Location | None = None  # where its MessageAccepted lies in the queue log
     deliveries: int = 0  # how many times it was handed to a handler (QC-33)
     batch: str | None = None  # the open batch holding it, while in flight
-    epoch: int = 0  # bumps on every change; stale heap entries carry an older one
+    epoch: int = 0  # changes on every change; stale heap entries carry an older one
     ready: bool = False  # its live index entry is in `ready` (else in `waiting`)
 
 
@@ -67,12 +67,19 @@ class QueueState:
     settled: SettledWindow = field(default_factory=lambda: SettledWindow(DEFAULT_SETTLED_WINDOW))
     bodies: BodyBudget = field(default_factory=lambda: BodyBudget(DEFAULT_BODY_BUDGET))  # the engine's, shared
     next_seq: int = 0
+    # Epochs are drawn from the queue, not counted per message: an entry left in a heap by an
+    # earlier message under the same ID (a re-send after the window forgot it) never matches.
+    last_epoch: int = 0
     purged: bool = False
 
     # ---- indexes -------------------------------------------------------------------------
 
+    def _new_epoch(self, m: Message) -> None:
+        self.last_epoch += 1
+        m.epoch = self.last_epoch
+
     def _index(self, m: Message) -> None:
-        m.epoch += 1
+        self._new_epoch(m)
         m.ready = False
         heapq.heappush(self.waiting, (m.visible_at, m.seq, m.id, m.epoch))
 
@@ -80,7 +87,7 @@ class QueueState:
         if m.ready:
             self.ready_count -= 1
         m.ready = False
-        m.epoch += 1
+        self._new_epoch(m)
 
     def promote(self, now: int) -> None:
         """Move every pending message whose visibleAt has come into the ready index."""

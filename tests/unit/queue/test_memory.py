@@ -84,6 +84,20 @@ def test_a_resent_append_older_than_the_window_is_a_new_delivery() -> None:
     assert list(log.state.queue("q").messages) == [first]
 
 
+def test_a_resent_message_is_in_its_batch_once_whatever_its_first_life_left_in_the_indexes() -> None:
+    # QC-21, QC-24: a batch holds a message once; the heaps' stale entries of its first life
+    # (left until the next look) never stand for the new one
+    log, c = Log(window=0), consumer()
+    [mid] = log.send(b"1")
+    out = d.deliver(log.state, c, lambda seed: "v1", T0, new_id)
+    assert out.batch is not None
+    log.apply(out.records)
+    log.apply(d.end_batch(log.state, c, out.batch.batchId, "returned", T0, new_id))
+    log.apply([r.MessageAccepted("q", "demo", mid, b"1", T0, T0)])  # before the engine looks again
+    again = d.deliver(log.state, c, lambda seed: "v1", T0, new_id)
+    assert again.batch is not None and again.batch.messageIds == (mid,)
+
+
 def test_the_window_is_per_queue() -> None:
     # QC-24: one busy queue does not push another queue's settled IDs out
     log = Log(window=1)
@@ -230,3 +244,27 @@ def test_a_rebuild_decides_the_same_records_whichever_bodies_it_holds() -> None:
     ids = itertools.count(1000)
     again = d.deliver(fresh, c, lambda seed: "v1", T0, lambda p: f"{p}_{next(ids)}")
     assert live.records == again.records
+
+
+def test_a_resend_at_the_windows_edge_may_be_delivered_live_and_ignored_on_rebuild() -> None:
+    # QC-24, QC-43: live, the engine folds its own settlements before they reach the log, so a
+    # re-send read just after may find its ID gone; the rebuild folds it in log order and ignores
+    # it. Either way the ID was delivered at least once, and the rebuild's batch ends cleanly.
+    c = consumer(max_batch_size=10)
+    live = EngineState(settled_window=1)
+    first, second = (
+        r.MessageAccepted("q", "demo", "msg_a", b"a", T0, T0),
+        r.MessageAccepted("q", "demo", "msg_b", b"b", T0, T0),
+    )
+    acked = [r.MessagesAcknowledged("q", f"bat_{mid}", (mid,), "returned", T0) for mid in ("msg_a", "msg_b")]
+    for rec in [first, acked[0], second, acked[1], first]:  # the engine's order: its own ack of b first
+        evolve(live, rec)
+    out = d.deliver(live, c, lambda seed: "v1", T0, new_id)
+    assert out.batch is not None and out.batch.messageIds == ("msg_a",)
+    log = [first, acked[0], second, first, acked[1], *out.records]  # the log's order: the re-send first
+    fresh = EngineState(settled_window=1)
+    for rec in log:
+        evolve(fresh, rec)
+    assert "msg_a" not in fresh.queue("q").messages and list(fresh.queue("q").settled.order) == ["msg_b"]
+    ended = d.end_batch(fresh, c, out.batch.batchId, "abandoned", T0, new_id)
+    assert [type(x) for x in ended] == [r.BatchEnded]
