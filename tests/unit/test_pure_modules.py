@@ -27,6 +27,7 @@ PURE = sorted(
         PACKAGE / "core" / "commands.py",  # the typed commands the decisions read
         PACKAGE / "core" / "canonical.py",
         PACKAGE / "queue" / "_batching.py",
+        PACKAGE / "queue" / "_memory.py",  # the bounds of the queue state
         *PACKAGE.glob("control/forms/*.py"),
     }
 )

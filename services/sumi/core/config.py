@@ -47,6 +47,12 @@ class Settings:
     # counters are kept apart and never change with a prune.
     settled_retention_seconds: int = 7 * 86400
     prune_interval_seconds: float = 60.0  # how often the projections service prunes
+    # The queue engine's bounded memory (docs/decisions.md, "The queue engine's memory is
+    # bounded"): a re-sent append of a message is ignored while its ID is among the last this
+    # many settled IDs of its queue; message bodies are held in RAM up to this many bytes, the
+    # rest read back from the queue log when delivered.
+    queue_settled_window: int = 100_000
+    queue_body_budget_bytes: int = 64 << 20
     workflow_spare_contexts: int = 2  # fresh contexts started ahead of need, per Version lately run
     workflow_always_replay: bool = False  # end a workflow context after every committed step (tests)
     # Lets a test Host run with settings DurableWorkflow 0.3.0 forbids (a short retention).
@@ -115,6 +121,8 @@ class Settings:
             "workflow_retention_seconds": _int(env, "SUMI_WORKFLOW_RETENTION_SECONDS", MIN_WORKFLOW_RETENTION_SECONDS),
             "settled_retention_seconds": _int(env, "SUMI_SETTLED_RETENTION_SECONDS", 7 * 86400),
             "prune_interval_seconds": float(env.get("SUMI_PRUNE_INTERVAL_SECONDS", "60")),
+            "queue_settled_window": _int(env, "SUMI_QUEUE_SETTLED_WINDOW", 100_000),
+            "queue_body_budget_bytes": _int(env, "SUMI_QUEUE_BODY_BUDGET_BYTES", 64 << 20),
             "workflow_spare_contexts": _int(env, "SUMI_WORKFLOW_SPARE_CONTEXTS", 2),
             "workflow_always_replay": env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
             "nonconformant_test_settings": env.get("SUMI_NONCONFORMANT_TEST_SETTINGS", "") == "1",
@@ -162,6 +170,8 @@ class Settings:
             "SUMI_WORKFLOW_RETENTION_SECONDS": str(self.workflow_retention_seconds),
             "SUMI_SETTLED_RETENTION_SECONDS": str(self.settled_retention_seconds),
             "SUMI_PRUNE_INTERVAL_SECONDS": str(self.prune_interval_seconds),
+            "SUMI_QUEUE_SETTLED_WINDOW": str(self.queue_settled_window),
+            "SUMI_QUEUE_BODY_BUDGET_BYTES": str(self.queue_body_budget_bytes),
             "SUMI_WORKFLOW_SPARE_CONTEXTS": str(self.workflow_spare_contexts),
             "SUMI_WORKFLOW_ALWAYS_REPLAY": "1" if self.workflow_always_replay else "",
             "SUMI_NONCONFORMANT_TEST_SETTINGS": "1" if self.nonconformant_test_settings else "",

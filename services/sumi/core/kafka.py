@@ -14,6 +14,8 @@ reads and writes its topics through this module; none of them calls aiokafka's p
   partition, so N replicas of a processor, each given some partitions by its consumer group,
   each fold only theirs.
 - `follow`: after it, keep reading and hand over each record.
+- `read_at`: the values at given offsets, read by a consumer of their own (the queue
+  engine's bodies past its budget).
 - `send` / `commit`: records (and, for a transactional processor, its input offsets) in one
   Kafka transaction, so outputs, quarantined records and progress commit together or not at all.
 - `decode` / `quarantined`: the pure decision about a consumed record. Anything that is not a
@@ -275,6 +277,54 @@ async def follow(
                 on_message(m)
         if batch and after_batch is not None:
             after_batch()
+
+
+async def read_at(
+    consumer: AIOKafkaConsumer, topic: str, offsets: Iterable[tuple[int, int]], gap: int = 500, polls: int = 30
+) -> dict[tuple[int, int], bytes | None]:
+    """The values at these (partition, offset)s of `topic`, committed records all.
+
+    One partition at a time is assigned, so the consumer's prefetch reads only there, and it
+    is paused after. Nearby offsets are read forward from one seek (a batch's messages mostly
+    lie together); one more than `gap` further on gets a seek of its own. An offset that
+    holds nothing (a deleted segment) is left out; `polls` empty polls in a row raise."""
+    wanted: dict[int, list[int]] = {}
+    for p, o in sorted(set(offsets)):
+        wanted.setdefault(p, []).append(o)
+    out: dict[tuple[int, int], bytes | None] = {}
+    for p, todo in wanted.items():
+        tp = TopicPartition(topic, p)
+        consumer.assign([tp])
+        try:
+            await _read_partition(consumer, tp, todo, gap, polls, out)
+        finally:
+            consumer.pause(tp)
+    return out
+
+
+async def _read_partition(
+    consumer: AIOKafkaConsumer,
+    tp: TopicPartition,
+    todo: list[int],
+    gap: int,
+    polls: int,
+    out: dict[tuple[int, int], bytes | None],
+) -> None:
+    i, empty = 0, 0
+    consumer.seek(tp, todo[0])
+    while i < len(todo):
+        got = (await consumer.getmany(tp, timeout_ms=1000, max_records=500)).get(tp, [])
+        empty = 0 if got else empty + 1
+        if empty >= polls:
+            raise RuntimeError(f"{tp.topic}[{tp.partition}]@{todo[i]} could not be read")
+        for m in got:
+            while i < len(todo) and todo[i] < m.offset:
+                i += 1  # not there
+            if i < len(todo) and todo[i] == m.offset:
+                out[(tp.partition, m.offset)] = m.value
+                i += 1
+        if got and i < len(todo) and todo[i] - got[-1].offset > gap:
+            consumer.seek(tp, todo[i])
 
 
 # ---- private aiokafka: the one place (tests/unit/core/test_kafka_private.py holds it) --------

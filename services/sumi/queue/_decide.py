@@ -30,6 +30,9 @@ class Rejected(Exception):
 class Delivery:
     records: Records
     batch: r.BatchDelivered | None
+    # Exhausted messages that wait for their body to be read back from the log (a dead
+    # letter copies it): the engine reads them and decides again.
+    unread: tuple[str, ...] = ()
 
 
 def deliver(state: EngineState, c: Consumer, pick: Callable[[str], str], now: int, new_id: NewId) -> Delivery:
@@ -41,13 +44,16 @@ def deliver(state: EngineState, c: Consumer, pick: Callable[[str], str], now: in
     q.promote(now)
     records: Records = []
     chosen: list[Message] = []
+    unread: list[str] = []
     for m in q.peek_ready(c.max_batch_size):
-        if m.deliveries >= 1 + c.max_retries:
-            records += exhaust(q, m.id, c, None, now, new_id)
-        else:
+        if m.deliveries < 1 + c.max_retries:
             chosen.append(m)
+        elif _unread(m, c):
+            unread.append(m.id)
+        else:
+            records += exhaust(q, m.id, c, None, now, new_id)
     if not chosen:
-        return Delivery(records, None)
+        return Delivery(records, None, tuple(unread))
     batch_id = new_id("bat")
     batch = r.BatchDelivered(
         c.queue,
@@ -58,7 +64,12 @@ def deliver(state: EngineState, c: Consumer, pick: Callable[[str], str], now: in
         pick(batch_id),
         now,
     )
-    return Delivery(records + [batch], batch)
+    return Delivery(records + [batch], batch, tuple(unread))
+
+
+def _unread(m: Message, c: Consumer) -> bool:
+    """Whether dead-lettering m needs its body, which the state does not hold."""
+    return m.body is None and c.dead_letter_queue is not None
 
 
 def exhaust(q: QueueState, mid: str, c: Consumer, batch_id: str | None, now: int, new_id: NewId) -> Records:
@@ -68,6 +79,7 @@ def exhaust(q: QueueState, mid: str, c: Consumer, batch_id: str | None, now: int
         return [r.MessageDiscarded(q.uid, mid, "retries_exhausted", now)]
     new = new_id("msg")
     body = q.messages[mid].body
+    assert body is not None, "a dead letter is decided only with its body held"
     return [
         r.MessageDeadLettered(q.uid, mid, c.dead_letter_queue, new, now, batch_id),
         r.MessageAccepted(c.dead_letter_queue, _space_of(q, c), new, body, now, now),
@@ -139,6 +151,10 @@ def _retry_one(
 ) -> Records:
     q = state.queue(b.queue_uid)
     m = q.messages[mid]
+    if m.deliveries >= 1 + c.max_retries and _unread(m, c):
+        # Its body was not read back (the batch failed before): owed again at once, and the
+        # next delivery dead-letters it once the body is read (deliveries stay as they are).
+        return [r.MessageRetryScheduled(q.uid, mid, now, m.deliveries + 1, cause, now, b.id)]
     if m.deliveries >= 1 + c.max_retries:  # no redelivery left (QC-33)
         return exhaust(q, mid, c, b.id, now, new_id)
     delay = c.retry_delay_s if delay_s is None else delay_s  # QC-27

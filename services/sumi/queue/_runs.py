@@ -69,6 +69,8 @@ class Host(Protocol):
 
     async def runtime(self, kind: str, space: str = "") -> Runtime: ...
 
+    async def bodies(self, queue_uid: str, mids: list[str]) -> dict[str, bytes]: ...
+
 
 class BatchRun:
     def __init__(
@@ -77,7 +79,7 @@ class BatchRun:
         consumer_uid: str,
         batch: r.BatchDelivered,
         queue_name: str,
-        messages: list[tuple[str, int, bytes]],
+        messages: list[tuple[str, int, bytes | None]],  # None: a body to read back from the log
         committed: "asyncio.Future[None]",
     ) -> None:
         self.engine = engine
@@ -159,6 +161,7 @@ class BatchRun:
         got = self.engine.contexts.acquire(key, lambda: self._start_ctx(code), lambda: self.engine.servable(key), limit)
         try:
             await self.committed  # QC-43: recorded before the handler starts
+            messages = await self._bodies()  # while the context starts
         except BaseException:
             self.engine.contexts.release(key, got, limit)
             raise
@@ -166,14 +169,7 @@ class BatchRun:
         if self.stopping:
             await self._stop_ctx()
             return "stopped", None
-        batch = QueueBatch(
-            self.batch.batchId,
-            self.queue_name,
-            [
-                QueueMessage(mid, ts, body, attempt)
-                for (mid, ts, body), attempt in zip(self.messages, self.batch.attempts, strict=True)
-            ],
-        )
+        batch = QueueBatch(self.batch.batchId, self.queue_name, messages)
         env = EnvSpec(code.vars, list(code.queue_bindings), list(code.workflow_bindings))
         tags = LogTags(code.space, code.worker, code.uid, self.consumer_uid, batch_id=self.batch.batchId)
         self.ctx.log_sink = self.engine.worklogs.sink(tags)  # a warm context is retagged per batch
@@ -181,6 +177,17 @@ class BatchRun:
         if result.ok:
             return "returned", None
         return "threw", f"{result.reason}: {result.error_name}: {result.error_message}"
+
+    async def _bodies(self) -> list[QueueMessage]:
+        """The batch's messages, their bodies past the engine's budget read back together."""
+        unread = [mid for mid, _, body in self.messages if body is None]
+        read = await self.engine.bodies(self.batch.queueUid, unread) if unread else {}
+        out = []
+        for (mid, ts, body), attempt in zip(self.messages, self.batch.attempts, strict=True):
+            if body is None and mid not in read:
+                raise RuntimeError(f"the body of {mid} was not found in the queue log")
+            out.append(QueueMessage(mid, ts, read[mid] if body is None else body, attempt))
+        return out
 
     async def _start_ctx(self, code: Code) -> Any:
         """A fresh context of this batch's Version, started while its BatchDelivered commits

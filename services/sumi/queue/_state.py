@@ -6,12 +6,24 @@ the state (their IDs are remembered so a duplicate append is ignored). The
 due-time index (`waiting`, a heap by visibleAt) and the ready index (a heap by
 acceptance order) are derived from the records alone, so a rebuild from the
 log restores them exactly; `promote(now)` only moves due entries between them.
+
+Memory is bounded (`_memory`): the settled IDs are a window of the most recent ones per
+queue, and a body is held only within the engine's body budget; past it a pending message
+keeps where its MessageAccepted lies in the log (partition, offset) and the engine reads the
+body back when it delivers it. Which bodies are held depends on the order the engine folded
+its partitions in, so it may differ between a live engine and a rebuild; no decision
+depends on it (a decision that needs a body it lacks waits for it to be read back).
 """
 
 import heapq
 from dataclasses import dataclass, field
 
 from sumi.core import records as r
+from sumi.queue._memory import BodyBudget, SettledWindow
+
+DEFAULT_SETTLED_WINDOW = 100_000  # sumi.core.config.Settings.queue_settled_window
+DEFAULT_BODY_BUDGET = 64 << 20  # sumi.core.config.Settings.queue_body_budget_bytes
+Location = tuple[int, int]  # (partition, offset) of a record on the queue topic
 
 
 @dataclass
@@ -19,11 +31,12 @@ class Message:
     id: str
     seq: int  # acceptance order within the queue's log
     accepted_at: int
-    body: bytes
+    body: bytes | None  # None: not held (past the body budget); read back from `at`
     visible_at: int
+    at: Location | None = None  # where its MessageAccepted lies in the queue log
     deliveries: int = 0  # how many times it was handed to a handler (QC-33)
     batch: str | None = None  # the open batch holding it, while in flight
-    epoch: int = 0  # bumps on every change; stale heap entries carry an older one
+    epoch: int = 0  # changes on every change; stale heap entries carry an older one
     ready: bool = False  # its live index entry is in `ready` (else in `waiting`)
 
 
@@ -51,14 +64,22 @@ class QueueState:
     waiting: list[tuple[int, int, str, int]] = field(default_factory=list)
     ready: list[tuple[int, str, int]] = field(default_factory=list)
     ready_count: int = 0
-    settled_ids: set[str] = field(default_factory=set)
+    settled: SettledWindow = field(default_factory=lambda: SettledWindow(DEFAULT_SETTLED_WINDOW))
+    bodies: BodyBudget = field(default_factory=lambda: BodyBudget(DEFAULT_BODY_BUDGET))  # the engine's, shared
     next_seq: int = 0
+    # Epochs are drawn from the queue, not counted per message: an entry left in a heap by an
+    # earlier message under the same ID (a re-send after the window forgot it) never matches.
+    last_epoch: int = 0
     purged: bool = False
 
     # ---- indexes -------------------------------------------------------------------------
 
+    def _new_epoch(self, m: Message) -> None:
+        self.last_epoch += 1
+        m.epoch = self.last_epoch
+
     def _index(self, m: Message) -> None:
-        m.epoch += 1
+        self._new_epoch(m)
         m.ready = False
         heapq.heappush(self.waiting, (m.visible_at, m.seq, m.id, m.epoch))
 
@@ -66,7 +87,7 @@ class QueueState:
         if m.ready:
             self.ready_count -= 1
         m.ready = False
-        m.epoch += 1
+        self._new_epoch(m)
 
     def promote(self, now: int) -> None:
         """Move every pending message whose visibleAt has come into the ready index."""
@@ -110,14 +131,50 @@ class QueueState:
 
     # ---- transitions ---------------------------------------------------------------------
 
-    def accept(self, rec: r.MessageAccepted) -> None:
-        if rec.messageId in self.messages or rec.messageId in self.settled_ids or self.purged:
+    def accept(self, rec: r.MessageAccepted, at: Location | None = None) -> None:
+        known = self.messages.get(rec.messageId)
+        if known is not None:
+            self._locate(known, at)
             return  # a re-sent append of the same message: the first one stands
+        if rec.messageId in self.settled or self.purged:
+            return
         self.space = rec.space
-        m = Message(rec.messageId, self.next_seq, rec.acceptedAt, rec.body, rec.visibleAt)
+        m = Message(rec.messageId, self.next_seq, rec.acceptedAt, self._held(rec.body, at), rec.visibleAt, at=at)
         self.next_seq += 1
         self.messages[m.id] = m
         self._index(m)
+
+    def _held(self, body: bytes, at: Location | None) -> bytes | None:
+        if self.bodies.admit(len(body)):
+            return body
+        if at is None:  # nowhere to read it back from (a fold without offsets): held anyway
+            self.bodies.take(len(body))
+            return body
+        return None
+
+    def _locate(self, m: Message, at: Location | None) -> None:
+        """The engine folds its own appends (dead letters) when it decides them, before the
+        log gives their place; once it does, such a body is no longer held past the budget."""
+        if m.at is None and at is not None:
+            m.at = at
+            if m.batch is None and self.bodies.held > self.bodies.limit:
+                self._drop_body(m)
+
+    def hold(self, mid: str, body: bytes) -> None:
+        """A body read back from the log: held until the message is pending again or leaves."""
+        m = self.messages.get(mid)
+        if m is not None and m.body is None:
+            m.body = body
+            self.bodies.take(len(body))
+
+    def _drop_body(self, m: Message) -> None:
+        if m.body is not None:
+            self.bodies.release(len(m.body))
+            m.body = None
+
+    def drop_bodies(self) -> None:
+        for m in self.messages.values():
+            self._drop_body(m)
 
     def deliver(self, batch_id: str, ids: tuple[str, ...], attempts: tuple[int, ...]) -> None:
         for mid, attempt in zip(ids, attempts, strict=True):
@@ -134,33 +191,41 @@ class QueueState:
             m.batch = None
             m.visible_at = visible_at
             self._index(m)
+            if self.bodies.held > self.bodies.limit and m.at is not None:
+                self._drop_body(m)  # one read back for its batch, or held past the budget
 
     def remove(self, mid: str) -> None:
         m = self.messages.pop(mid, None)
         if m is not None:
             self._unindex(m)
-        self.settled_ids.add(mid)
+            self._drop_body(m)
+        self.settled.add(mid)
 
 
 @dataclass
 class EngineState:
     queues: dict[str, QueueState] = field(default_factory=dict)
     batches: dict[str, Batch] = field(default_factory=dict)  # open batches only
+    settled_window: int = DEFAULT_SETTLED_WINDOW  # per queue
+    bodies: BodyBudget = field(default_factory=lambda: BodyBudget(DEFAULT_BODY_BUDGET))
 
     def queue(self, uid: str) -> QueueState:
         q = self.queues.get(uid)
         if q is None:
-            q = self.queues[uid] = QueueState(uid)
+            q = self.queues[uid] = self.new_queue(uid)
         return q
+
+    def new_queue(self, uid: str, space: str = "", purged: bool = False) -> QueueState:
+        return QueueState(uid, space, settled=SettledWindow(self.settled_window), bodies=self.bodies, purged=purged)
 
     def open_batches(self, consumer_uid: str) -> list[Batch]:
         return [b for b in self.batches.values() if b.consumer_uid == consumer_uid]
 
 
-def evolve(state: EngineState, rec: r.Record) -> None:
-    """Fold one queue-log record into the state (in place)."""
+def evolve(state: EngineState, rec: r.Record, at: Location | None = None) -> None:
+    """Fold one queue-log record into the state (in place); `at` is where it lies in the log."""
     if isinstance(rec, r.MessageAccepted):
-        state.queue(rec.queueUid).accept(rec)
+        state.queue(rec.queueUid).accept(rec, at)
     elif isinstance(rec, r.BatchDelivered):
         state.batches[rec.batchId] = Batch(
             rec.batchId, rec.queueUid, rec.consumerUid, rec.messageIds, rec.attempts, rec.versionUid, rec.at
@@ -184,7 +249,8 @@ def evolve(state: EngineState, rec: r.Record) -> None:
         state.batches.pop(rec.batchId, None)
     elif isinstance(rec, r.QueuePurged):
         q = state.queue(rec.queueUid)
-        state.queues[rec.queueUid] = QueueState(rec.queueUid, q.space, purged=True)
+        q.drop_bodies()
+        state.queues[rec.queueUid] = state.new_queue(rec.queueUid, q.space, purged=True)
         for bid in [b.id for b in state.batches.values() if b.queue_uid == rec.queueUid]:
             del state.batches[bid]
 

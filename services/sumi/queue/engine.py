@@ -13,6 +13,9 @@ Plumbing around the pure core (`_state`, `_decide`, `_batching`):
 - Every decision is folded at once and committed through the outbox; a batch
   is committed before its handler starts, a settlement before its Promise
   resolves, an end-of-batch before a delete reports its stop boundary.
+- Memory is bounded (`_memory`): the fold learns where each MessageAccepted lies in the
+  log; a body past the budget is read back by offset when its batch is delivered
+  (`_bodies`), all of one batch's together, while its BatchDelivered commits.
 - After a restart, every batch the log shows open was abandoned by the old
   engine: its unsettled messages are owed again at once (QC-43, QC-44); nothing
   is acknowledged by inference.
@@ -44,8 +47,10 @@ from sumi.engines.runtimes import Runtimes
 from sumi.engines.worklogs import WorkerLogs
 from sumi.queue import _decide as d
 from sumi.queue._batching import pick_version, plan
+from sumi.queue._bodies import BodyReader
 from sumi.queue._contexts import ContextPool, Key
 from sumi.queue._control import LIVE, Consumer, ControlTable
+from sumi.queue._memory import BodyBudget
 from sumi.queue._metrics import QueueMetrics
 from sumi.queue._runs import BatchRun, Workflows, gone, new_id
 from sumi.queue._state import ENGINE_RECORDS, EngineState, evolve
@@ -61,7 +66,12 @@ _ACCEPTED_FP = codec.encode(r.MessageAccepted("q", "s", "m", b"", 0, 0))[2:10]
 class Engine:
     def __init__(self, settings: Settings, workflows: Workflows) -> None:
         self.settings = settings
-        self.state = EngineState()
+        self.state = EngineState(
+            settled_window=settings.queue_settled_window, bodies=BodyBudget(settings.queue_body_budget_bytes)
+        )
+        self.body_reader: BodyReader | None = None
+        self.reading: set[str] = set()  # exhausted messages whose bodies are being read back
+        self._reads: set[asyncio.Task[None]] = set()
         self.control = ControlTable()
         self.workflows = workflows
         self.runs: dict[str, BatchRun] = {}
@@ -169,6 +179,8 @@ class Engine:
             if not p.send:
                 return p.wake_at
             out = d.deliver(self.state, c, lambda seed: pick_version(allocation, seed), now, new_id)
+            if out.unread:
+                self._read_back(c.queue, out.unread)
             batch = out.batch
             messages = (
                 [(mid, q.messages[mid].accepted_at, q.messages[mid].body) for mid in batch.messageIds] if batch else []
@@ -181,6 +193,40 @@ class Engine:
             run = BatchRun(self, c.uid, batch, queue.name, messages, committed)
             self.runs[batch.batchId] = run
             run.start()
+
+    async def bodies(self, queue_uid: str, mids: list[str]) -> dict[str, bytes]:
+        """The bodies of these messages, read back from the log where the state lacks them;
+        held then until the message is pending again or leaves (a dead letter copies it)."""
+        assert self.body_reader is not None
+        q = self.state.queue(queue_uid)
+        messages = [m for mid in mids if (m := q.messages.get(mid)) is not None]
+        want = {m.at: m.id for m in messages if m.body is None and m.at is not None}
+        read = await self.body_reader.read(list(want)) if want else {}
+        q = self.state.queue(queue_uid)  # a purge may have replaced it meanwhile
+        for at, body in read.items():
+            q.hold(want[at], body)
+        return {m.id: m.body for m in messages if m.body is not None} | {want[at]: b for at, b in read.items()}
+
+    def _read_back(self, queue_uid: str, mids: tuple[str, ...]) -> None:
+        """Exhausted pending messages to dead-letter: their bodies first, then decide again."""
+        todo = [mid for mid in mids if mid not in self.reading]
+        if todo:
+            self.reading.update(todo)
+            task = asyncio.create_task(self._read_pending(queue_uid, todo))
+            self._reads.add(task)
+            task.add_done_callback(self._reads.discard)
+
+    async def _read_pending(self, queue_uid: str, mids: list[str]) -> None:
+        try:
+            if len(await self.bodies(queue_uid, mids)) < len(mids):
+                # Settled meanwhile, or not in the log: ask again later, not in a busy loop.
+                await asyncio.sleep(1)
+        except Exception:
+            log.exception("reading back bodies of %s", queue_uid)
+            await asyncio.sleep(1)  # the next step asks again
+        finally:
+            self.reading.difference_update(mids)
+            self.wake.set()
 
     def _stop_boundary(self, c: Consumer) -> None:
         """QC-42: stop what is in flight; report the delete once every batch has ended."""
@@ -276,10 +322,8 @@ class Engine:
         # Past the rebuild, only appends by others are new; the rest was folded when decided.
         # A record that is no record of ours is skipped (the queue projection quarantines it).
         if rebuilding or (m.value is not None and m.value[2:10] == _ACCEPTED_FP):
-            kafka.fold_or_skip("queue-engine", m, self._evolve)
-
-    def _evolve(self, record: Any) -> None:
-        evolve(self.state, record)
+            at = (m.partition, m.offset)  # where a MessageAccepted's body can be read back
+            kafka.fold_or_skip("queue-engine", m, lambda record: evolve(self.state, record, at))
 
     def _fold_control(self, m: Any, rebuilding: bool = False) -> None:
         kafka.fold_or_skip("queue-engine", m, self.control.fold)
@@ -292,6 +336,8 @@ class Engine:
             await kafka.started(stack, producer)  # fences and aborts whatever an earlier engine left open
             queue_reader, queue_tps = await self._reader(stack, self.settings.topic("queue"))
             control_reader, control_tps = await self._reader(stack, self.settings.topic("control"))
+            bodies = await kafka.started(stack, kafka.new_consumer(self.settings, max_partition_fetch_bytes=1 << 20))
+            self.body_reader = BodyReader(bodies, self.settings.topic("queue"))
             await self._serve(producer, queue_reader, queue_tps, control_reader, control_tps)
 
     async def _serve(
