@@ -15,8 +15,9 @@ partitions assigned again are kept, the others stopped.
 """
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -46,7 +47,8 @@ class PartitionProducers:
         return self.locks.setdefault(tp.partition, asyncio.Lock())
 
     async def assign(self, tps: Iterable[TopicPartition]) -> None:
-        """Hold exactly these partitions: new ones fenced from their previous owner, lost ones let go."""
+        """Hold exactly these partitions: new ones fenced from their previous owner, lost ones let
+        go. Called with no transaction running (inside `quiet`, or once the commits have ended)."""
         wanted = {tp.partition for tp in tps}
         for p in sorted(set(self.producers) - wanted):
             await self._stop(p)
@@ -64,28 +66,40 @@ class PartitionProducers:
             consumer.seek(tp, offset)
         return offsets
 
+    @contextlib.asynccontextmanager
+    async def quiet(self) -> AsyncIterator[None]:
+        """No transaction runs inside: a rebalance folds the changelog only after the last
+        commit of the state it drops (its decisions would be missing from the new fold)."""
+        async with contextlib.AsyncExitStack() as held:
+            for p in sorted(self.producers):
+                await held.enter_async_context(self.lock(TopicPartition("", p)))
+            yield
+
     async def commit(
         self,
         tp: TopicPartition,
         outs: list[kafka.Out],
         offsets: dict[TopicPartition, int],
         group: str,
+        valid: Callable[[], bool] = lambda: True,
     ) -> bool:
-        """One transaction on the partition's own producer; False if this replica no longer holds it."""
+        """One transaction on the partition's own producer. False, and nothing committed, if
+        this replica no longer holds the partition or `valid` says the decisions are stale
+        (decided against a state a rebalance has dropped meanwhile)."""
         async with self.lock(tp):
             producer = self.get(tp)
-            if producer is None:
+            if producer is None or not valid():
                 return False
             await kafka.commit(producer, outs, self.settings.partitions, offsets, group)
             return True
 
     async def _stop(self, partition: int) -> None:
+        # No lock taken: a rebalance calls this inside `quiet`, after the partition's last commit.
         producer = self.producers.pop(partition)
-        async with self.locks.setdefault(partition, asyncio.Lock()):  # after its last transaction
-            try:
-                await producer.stop()
-            except Exception:
-                log.exception("%s: stopping the producer of partition %d", self.name, partition)
+        try:
+            await producer.stop()
+        except Exception:
+            log.exception("%s: stopping the producer of partition %d", self.name, partition)
 
     async def close(self) -> None:
         for p in sorted(self.producers):

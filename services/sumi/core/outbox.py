@@ -10,6 +10,7 @@ the log, never patched up.
 """
 
 import asyncio
+import contextlib
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -25,6 +26,7 @@ class Outbox:
         self._waiters: list[asyncio.Future[None]] = []
         self._event = asyncio.Event()
         self.failed: BaseException | None = None
+        self._last: asyncio.Future[None] | None = None
 
     def put(self, outs: list[tuple[str, str, Any]]) -> "asyncio.Future[None]":
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -35,8 +37,15 @@ class Outbox:
         else:
             self._items += outs
             self._waiters.append(fut)
+            self._last = fut
             self._event.set()
         return fut
+
+    async def idle(self) -> None:
+        """Once everything put so far has committed (or failed)."""
+        if self._last is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._last)
 
     async def run(self) -> None:
         while True:

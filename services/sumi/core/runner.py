@@ -70,6 +70,7 @@ class TransactionalRunner:
         self.failed: BaseException | None = None
         self.rebuilding = False
         self.epoch = 0
+        self.start: dict[TopicPartition, int] = {}  # where the last assignment set each partition
 
     async def run(self) -> None:
         kafka.shorten_txn_retry()  # a command's decision waits on this processor's commit
@@ -91,12 +92,12 @@ class TransactionalRunner:
             async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
                 if self.failed is not None:
                     raise RuntimeError("rebuilding state failed") from self.failed
-                # aiokafka may hand out records fetched while the listener was still folding;
-                # deciding them would use no state. Give them back: fetch them again.
+                # aiokafka may hand out records fetched before or while the listener folded;
+                # deciding them would use the wrong state. Read on from where it set each partition.
                 if batch and (epoch != self.epoch or self.rebuilding):
-                    for tp, messages in batch.items():
-                        if tp in consumer.assignment():
-                            consumer.seek(tp, messages[0].offset)
+                    for tp in batch:
+                        if tp in consumer.assignment() and tp in self.start:
+                            consumer.seek(tp, self.start[tp])
                 elif batch:
                     await self._process(batch)
                 epoch = self.epoch  # for the next poll
@@ -123,11 +124,13 @@ class TransactionalRunner:
     async def _process(self, batch: dict[TopicPartition, list[Any]]) -> None:
         """Each partition's records decided in order, committed on its own producer (beside
         the others'): a partition this replica lost meanwhile commits nothing."""
-        now = int(time.time() * 1000)
+        now, epoch = int(time.time() * 1000), self.epoch
         commits = []
         for tp, messages in batch.items():
             outs = [out for message in messages for out in self.decide(message, now)]
-            commits.append(self.producers.commit(tp, outs, {tp: messages[-1].offset + 1}, self.group))
+            offsets = {tp: messages[-1].offset + 1}
+            current = lambda: self.epoch == epoch  # noqa: E731  # decided against the state of now
+            commits.append(self.producers.commit(tp, outs, offsets, self.group, current))
         await asyncio.gather(*commits)
 
     def fold(self, message: Any, before_end: bool = True) -> None:
@@ -160,11 +163,12 @@ class _Rebuild(ConsumerRebalanceListener):  # type: ignore[misc]
         runner = self.runner
         runner.rebuilding = True
         runner.epoch += 1
-        runner.logic.reset()
         try:
-            # Fenced first: the changelog and the offsets read after it hold the old owner's last commit.
-            await runner.producers.fenced(self.consumer, assigned)
-            await runner.rebuild(tp.partition for tp in assigned)
+            async with runner.producers.quiet():  # after the last commit of the state dropped here
+                runner.logic.reset()
+                # Fenced first: the changelog and the offsets read after it hold the old owner's last commit.
+                runner.start = await runner.producers.fenced(self.consumer, assigned)
+                await runner.rebuild(tp.partition for tp in assigned)
         except BaseException as exc:
             # aiokafka only logs a listener's failure; deciding on a partial fold must not happen.
             runner.failed = exc

@@ -61,7 +61,7 @@ class Host(Protocol):
     runs: "dict[str, BatchRun]"
     wake: asyncio.Event
 
-    def emit(self, records: list[Any]) -> "asyncio.Future[None]": ...
+    def emit(self, records: list[Any], via: str) -> "asyncio.Future[None]": ...
 
     def consumer(self, uid: str) -> Consumer | None: ...
 
@@ -134,7 +134,8 @@ class BatchRun:
         try:
             now = now_ms()
             ended = self.engine.emit(
-                d.end_batch(self.engine.state, self.settings(), self.batch.batchId, outcome, now, new_id, error)
+                d.end_batch(self.engine.state, self.settings(), self.batch.batchId, outcome, now, new_id, error),
+                self.batch.queueUid,
             )
             # The slot is free once the end is folded; a next batch's records commit after it.
             self.engine.wake.set()
@@ -221,7 +222,7 @@ class BatchRun:
 
     async def _durable(self, records: list[Any]) -> None:
         try:
-            await self.engine.emit(records)
+            await self.engine.emit(records, self.batch.queueUid)  # this batch's partition commits them
         except Exception as exc:
             raise HostError("backend_unavailable", "the settlement could not be committed") from exc
 

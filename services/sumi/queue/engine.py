@@ -2,11 +2,14 @@
 
 Plumbing around the pure core (`_state`, `_decide`, `_batching`):
 - The queue log (topic `queue`, keyed by queue UID) is the engine's input and its
-  changelog at once. On start it folds every partition from the beginning up to
-  the end offsets it found (read_committed, after its transactional producer has
-  fenced any earlier incarnation), then keeps reading: records beyond those ends
-  are either new `MessageAccepted` (folded) or its own records (already folded
-  when decided, skipped unread).
+  changelog at once. Replicas of the engine share its partitions through a consumer
+  group (`sumi.engines.partitions`): for each partition it is given, a replica fences
+  the previous owner with the partition's transactional producer, folds the partition
+  from the beginning up to the end offsets it found (read_committed), then keeps
+  reading: records beyond those ends are either new `MessageAccepted` (folded: the
+  gateway's, or another replica's dead letters and binding sends) or its own records
+  (already folded when decided, skipped unread). Every decision about a queue commits
+  through the outbox of the queue's partition, so a fenced replica commits nothing.
 - The control log is read the same way, as a global table (no group).
 - A record in either log that is no record of ours, or that a fold refuses, is
   skipped (logged): the projections of both topics quarantine and count it.
@@ -16,13 +19,10 @@ Plumbing around the pure core (`_state`, `_decide`, `_batching`):
 - Memory is bounded (`_memory`): the fold learns where each MessageAccepted lies in the
   log; a body past the budget is read back by offset when its batch is delivered
   (`_bodies`), all of one batch's together, while its BatchDelivered commits.
-- After a restart, every batch the log shows open was abandoned by the old
-  engine: its unsettled messages are owed again at once (QC-43, QC-44); nothing
-  is acknowledged by inference.
-
-One engine owns every partition (its transactional ID fences a restarted
-copy's predecessor). Scale-out would split partitions among engines by a
-consumer group and give each its own transactional ID; not done yet.
+- After a restart or a takeover, every batch the log shows open was abandoned by
+  the old owner: its unsettled messages are owed again at once (QC-43, QC-44);
+  nothing is acknowledged by inference. A replica losing partitions first stops
+  their batches' handlers and commits their ends (QC-42's proof, across replicas).
 """
 
 import asyncio
@@ -39,10 +39,10 @@ from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.commands import Command, OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
-from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
 from sumi.engines import exporter
 from sumi.engines.metrics import PlumbingMetrics
+from sumi.engines.partitions import Partitions
 from sumi.engines.runtimes import Runtimes
 from sumi.engines.worklogs import WorkerLogs
 from sumi.queue import _decide as d
@@ -58,6 +58,7 @@ from sumi.runtime.types import Runtime
 
 log = logging.getLogger("sumi.queue")
 SWEEP_MS = 1000
+DRAIN_S = 4.0  # for the handlers of revoked partitions to stop, before their runtime is restarted
 
 
 _ACCEPTED_FP = codec.encode(r.MessageAccepted("q", "s", "m", b"", 0, 0))[2:10]
@@ -66,9 +67,7 @@ _ACCEPTED_FP = codec.encode(r.MessageAccepted("q", "s", "m", b"", 0, 0))[2:10]
 class Engine:
     def __init__(self, settings: Settings, workflows: Workflows) -> None:
         self.settings = settings
-        self.state = EngineState(
-            settled_window=settings.queue_settled_window, bodies=BodyBudget(settings.queue_body_budget_bytes)
-        )
+        self.state = self._new_state()
         self.body_reader: BodyReader | None = None
         self.reading: set[str] = set()  # exhausted messages whose bodies are being read back
         self._reads: set[asyncio.Task[None]] = set()
@@ -81,7 +80,7 @@ class Engine:
         self.reconciling: set[str] = set()
         self._restarting: asyncio.Future[None] | None = None
         self.wake = asyncio.Event()
-        self.outbox: Outbox | None = None
+        self.partitions = Partitions(settings, "queue-engine", settings.topic("queue"), self)
         self.live = False
         self._last_sweep = 0
         self.runtimes = Runtimes()  # one per kind
@@ -93,19 +92,26 @@ class Engine:
 
     # ---- emitting ----------------------------------------------------------------------------
 
-    def emit(self, records: list[Any]) -> "asyncio.Future[None]":
-        """Fold the engine's own records now and commit everything in order."""
+    def emit(self, records: list[Any], via: str) -> "asyncio.Future[None]":
+        """Fold the engine's own records now and commit everything in order, in one transaction
+        of the partition of queue `via` (the queue decided about; a dead letter or a binding's
+        send goes to another queue, maybe another replica's, which folds it when it reads it)."""
+        outbox = self.partitions.outbox(via)
+        if outbox is None:  # lost in a rebalance meanwhile: its new owner decides again
+            lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            lost.set_exception(RuntimeError(f"queue {via} is not this replica's"))
+            lost.exception()  # retrieved: whoever awaits it still sees it
+            return lost
         outs = []
         for rec in records:
             self.metrics.observe(rec, self._space_of)
-            if isinstance(rec, ENGINE_RECORDS):
+            if isinstance(rec, ENGINE_RECORDS) and self.partitions.owns(rec.queueUid):
                 evolve(self.state, rec)
             if isinstance(rec, r.CommandSubmitted):
                 outs.append((self.settings.topic("commands"), rec.space, rec))
             else:
                 outs.append((self.settings.topic("queue"), rec.queueUid, rec))
-        assert self.outbox is not None
-        return self.outbox.put(outs)
+        return outbox.put(outs)
 
     def command(self, space: str, command: Command) -> r.CommandSubmitted:
         return submitted(
@@ -122,7 +128,7 @@ class Engine:
     def servable(self, key: Key) -> bool:
         """Whether a warm context of (Consumer, Version) may serve another batch."""
         c = self.consumer(key[0])
-        if c is None or c.state not in LIVE:
+        if c is None or c.state not in LIVE or not self.partitions.owns(c.queue):
             return False
         return any(v == key[1] for v, _ in self.control.allocation(c.worker))
 
@@ -142,6 +148,8 @@ class Engine:
             self._last_sweep = now
             self._sweep(now)
         for c in self.control.consumers():
+            if not self.partitions.owns(c.queue):
+                continue  # another replica's
             if c.state == "deleting":
                 self._stop_boundary(c)
                 continue
@@ -185,7 +193,7 @@ class Engine:
             messages = (
                 [(mid, q.messages[mid].accepted_at, q.messages[mid].body) for mid in batch.messageIds] if batch else []
             )
-            committed = self.emit(out.records)
+            committed = self.emit(out.records, c.queue)
             if batch is None:
                 if not out.records:
                     return None
@@ -243,7 +251,8 @@ class Engine:
             self._reconcile_stop(c, op)
             return
         self.reported.add(op.id)
-        self.emit([self.command(c.space, OperationReport(operation_id=op.id, outcome="succeeded", effect="complete"))])
+        report = OperationReport(operation_id=op.id, outcome="succeeded", effect="complete")
+        self.emit([self.command(c.space, report)], c.queue)
 
     def _reconcile_stop(self, c: Consumer, op: OperationView) -> None:
         """QC-42, QC-47: a stop the runtime did not confirm leaves the boundary unproven.
@@ -266,7 +275,8 @@ class Engine:
                             ).to_json(),
                         ),
                     )
-                ]
+                ],
+                c.queue,
             )
         if self._restarting is None or self._restarting.done():
             self._restarting = asyncio.ensure_future(self._restart_runtimes())
@@ -288,7 +298,7 @@ class Engine:
         if observed == self.observed_sent.get(c.uid) or res is None or observed == res.observed:
             return
         self.observed_sent[c.uid] = observed
-        self.emit([self.command(c.space, ResourceObserve(uid=c.uid, observed=observed))])
+        self.emit([self.command(c.space, ResourceObserve(uid=c.uid, observed=observed))], c.queue)
 
     def _purge_deleted(self, now: int) -> None:
         for uid in list(self.control.deleted_queues):
@@ -297,13 +307,13 @@ class Engine:
                     run = self.runs.get(b.id)
                     if run is not None:
                         run.stop()
-                self.emit(d.purge(self.state, uid, now))
+                self.emit(d.purge(self.state, uid, now), uid)
 
     def _sweep(self, now: int) -> None:
         for uid in list(self.state.queues):
             queue = self.control.queue(uid)
             if queue is not None and self.state.queues[uid].messages:
-                self.emit(d.expire(self.state, uid, int(queue.spec["retentionSeconds"]), now))
+                self.emit(d.expire(self.state, uid, int(queue.spec["retentionSeconds"]), now), uid)
 
     async def schedule(self) -> None:
         await clock.drive(self.step, self.wake)
@@ -318,7 +328,7 @@ class Engine:
         await kafka.started(stack, consumer)
         return consumer, await kafka.partitions(consumer, topic)
 
-    def _fold_queue(self, m: Any, rebuilding: bool = False) -> None:
+    def fold(self, m: Any, rebuilding: bool) -> None:
         # Past the rebuild, only appends by others are new; the rest was folded when decided.
         # A record that is no record of ours is skipped (the queue projection quarantines it).
         if rebuilding or (m.value is not None and m.value[2:10] == _ACCEPTED_FP):
@@ -328,61 +338,75 @@ class Engine:
     def _fold_control(self, m: Any, rebuilding: bool = False) -> None:
         kafka.fold_or_skip("queue-engine", m, self.control.fold)
 
+    # ---- the partitions this replica owns (sumi.engines.partitions) ---------------------------
+
+    def _new_state(self) -> EngineState:
+        budget = BodyBudget(self.settings.queue_body_budget_bytes)
+        return EngineState(settled_window=self.settings.queue_settled_window, bodies=budget)
+
+    def reset(self) -> None:
+        self.state = self._new_state()
+        self.windows.clear()
+        self.observed_sent.clear()
+
+    async def drain(self) -> None:
+        """Before the partitions go to another replica: every handler stopped, its end committed.
+        A handler that does not stop in time is stopped the certain way, with its runtime."""
+        self.live = False
+        runs = list(self.runs.values())
+        for run in runs:
+            run.stop()
+        tasks = [run.task for run in runs if run.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=DRAIN_S)
+            if pending:
+                await self.runtimes.restart()
+                await asyncio.wait(pending, timeout=DRAIN_S)
+        self.contexts.retire(self.servable)  # nothing is servable here any more
+
+    def adopted(self) -> None:
+        log.info("queue engine took over: %d queues, %d open batches", len(self.state.queues), len(self.state.batches))
+        self._recover()
+        self.live = True
+        self.wake.set()
+
     async def run(self) -> None:
         kafka.shorten_txn_retry()
-        producer = kafka.new_producer(self.settings, f"{self.settings.topic_prefix}-queue-engine", linger_ms=0)
         # The clients stop however the engine ends, a stop signal while it starts included.
         async with contextlib.AsyncExitStack() as stack:
-            await kafka.started(stack, producer)  # fences and aborts whatever an earlier engine left open
-            queue_reader, queue_tps = await self._reader(stack, self.settings.topic("queue"))
+            stack.push_async_callback(self.partitions.close)
             control_reader, control_tps = await self._reader(stack, self.settings.topic("control"))
             bodies = await kafka.started(stack, kafka.new_consumer(self.settings, max_partition_fetch_bytes=1 << 20))
             self.body_reader = BodyReader(bodies, self.settings.topic("queue"))
-            await self._serve(producer, queue_reader, queue_tps, control_reader, control_tps)
-
-    async def _serve(
-        self,
-        producer: Any,
-        queue_reader: AIOKafkaConsumer,
-        queue_tps: list[Any],
-        control_reader: AIOKafkaConsumer,
-        control_tps: list[Any],
-    ) -> None:
-        try:
-            await kafka.read_to_end(control_reader, control_tps, self._fold_control)
-            await kafka.read_to_end(queue_reader, queue_tps, self._fold_queue)
-            log.info(
-                "queue engine rebuilt: %d queues, %d open batches", len(self.state.queues), len(self.state.batches)
-            )
-            self.outbox = Outbox(producer, self.settings.partitions)
-            outbox = asyncio.create_task(self.outbox.run())
-            self._recover()
-            self.live = True
-            await asyncio.gather(
-                outbox,
-                self.schedule(),
-                kafka.follow(queue_reader, self._fold_queue, self.wake.set),
-                kafka.follow(control_reader, self._fold_control, self.wake.set),
-                self.workflows.run(),
-                exporter.export(
-                    self.settings,
-                    "queue",
-                    self.registry,
-                    lambda: self.plumbing.refresh(self.runtimes, [queue_reader, control_reader]),
-                ),
-            )
-        finally:
-            for run in list(self.runs.values()):
-                run.stop()
-            await self.runtimes.close()
-            await self.worklogs.close()
+            await kafka.read_to_end(control_reader, control_tps, self._fold_control)  # before any decision
+            member = self.partitions.consumer(max_partition_fetch_bytes=4 << 20)
+            await kafka.started(stack, member)
+            member.subscribe([self.settings.topic("queue")], listener=self.partitions)
+            try:
+                await asyncio.gather(
+                    self.partitions.follow(self.wake.set),
+                    self.schedule(),
+                    kafka.follow(control_reader, self._fold_control, self.wake.set),
+                    self.workflows.run(),
+                    exporter.export(
+                        self.settings,
+                        "queue",
+                        self.registry,
+                        lambda: self.plumbing.refresh(self.runtimes, [member, control_reader]),
+                    ),
+                )
+            finally:
+                for run in list(self.runs.values()):
+                    run.stop()
+                await self.runtimes.close()
+                await self.worklogs.close()
 
     def _recover(self) -> None:
         """Every batch still open in the log was abandoned by an earlier engine."""
         now = now_ms()
         for b in list(self.state.batches.values()):
             c = self.consumer(b.consumer_uid) or gone(b.consumer_uid, b.queue_uid)
-            self.emit(d.end_batch(self.state, c, b.id, "abandoned", now, new_id))
+            self.emit(d.end_batch(self.state, c, b.id, "abandoned", now, new_id), b.queue_uid)
 
 
 __all__ = ["Engine", "Workflows"]

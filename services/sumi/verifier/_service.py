@@ -97,6 +97,10 @@ class Verifier:
         self.group = f"{settings.topic_prefix}-verifier"
         self.quarantine = kafka.Quarantine(settings, "verifier")
         self.producers = PartitionProducers(settings, "verifier", linger_ms=1)
+        # Bumped when an assignment starts and when it ends: a record or a report of an older
+        # fold (read before or while the listener folded afresh) is never taken or committed.
+        self.epoch = 0
+        self.assigning = False
 
     # ---- the fold -----------------------------------------------------------------------
 
@@ -209,14 +213,26 @@ class Verifier:
             consumer.subscribe([settings.topic("control")], listener=_FromBeginning(self, consumer))
             # A load or a commit that fails ends the group, and the service, as one failure did before.
             async with asyncio.TaskGroup() as loads:
+                epoch = self.epoch
                 async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
                     for tp, messages in batch.items():
                         for message in messages:
+                            if self.epoch != epoch or self.assigning:
+                                break
                             await self._take(tp, message, loads)
+                    if batch and (self.epoch != epoch or self.assigning):
+                        # Fetched for an older fold: the new one reads every partition from its start.
+                        await self._from_start(consumer, [tp for tp in batch if tp in consumer.assignment()])
+                    epoch = self.epoch
         finally:
             await consumer.stop()
             await self.producers.close()
             await self.close()
+
+    @staticmethod
+    async def _from_start(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> None:
+        if tps:
+            await consumer.seek_to_beginning(*tps)
 
     async def _take(self, tp: TopicPartition, message: Any, loads: asyncio.TaskGroup) -> None:
         """Fold one control record; a new WorkerVersion's load starts beside the loop. A record
@@ -243,9 +259,9 @@ class Verifier:
             return
         if job is not None:
             progress.started(tp, message.offset)
-            loads.create_task(self._verify(job, tp, message, progress))
+            loads.create_task(self._verify(job, tp, message, progress, self.epoch))
 
-    async def _verify(self, job: Job, tp: TopicPartition, message: Any, progress: Progress) -> None:
+    async def _verify(self, job: Job, tp: TopicPartition, message: Any, progress: Progress, epoch: int) -> None:
         try:
             report = await self.judge(job)
         except Exception as exc:
@@ -256,15 +272,21 @@ class Verifier:
             cmd = self.command(job.record.space, report, int(time.time() * 1000))
             outs = [kafka.Out(self.settings.topic("commands"), job.record.space, cmd)]
         progress.ended(tp, message.offset)
-        await self._commit(tp, outs)
+        await self._commit(tp, outs, epoch)
 
-    async def _commit(self, tp: TopicPartition, outs: list[kafka.Out]) -> None:
-        """On the partition's own producer; a partition lost meanwhile commits nothing (its
-        new owner verifies the Version again, and a repeated report changes nothing)."""
+    async def _commit(self, tp: TopicPartition, outs: list[kafka.Out], epoch: int | None = None) -> None:
+        """On the partition's own producer. A partition lost meanwhile, or a load of an older
+        fold, commits nothing: the partition's owner verifies the Version again from the
+        committed offset, and a repeated report changes nothing."""
+        epoch = self.epoch if epoch is None else epoch
+
+        def current() -> bool:
+            return self.epoch == epoch and not self.assigning
+
         # never behind the committed offset: a partition folded again from its start is below it
         at = self.progress.offsets().get(tp)
         offsets = {tp: at} if at is not None and at >= self.act_from.get(tp, 0) else {}
-        await self.producers.commit(tp, outs, offsets, self.group)
+        await self.producers.commit(tp, outs, offsets, self.group, current)
 
 
 class _FromBeginning(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -278,12 +300,19 @@ class _FromBeginning(ConsumerRebalanceListener):  # type: ignore[misc]
         pass
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        self.verifier.reset()
-        tps = list(assigned)
-        # Fenced first: the committed offsets read then hold the previous owner's last report.
-        self.verifier.act_from.update(await self.verifier.producers.fenced(self.consumer, tps))
-        if tps:
-            await self.consumer.seek_to_beginning(*tps)
+        verifier, tps = self.verifier, list(assigned)
+        verifier.assigning = True
+        verifier.epoch += 1
+        try:
+            async with verifier.producers.quiet():  # after the last commit of the fold dropped here
+                verifier.reset()
+                # Fenced first: the committed offsets read then hold the previous owner's last report.
+                verifier.act_from.update(await verifier.producers.fenced(self.consumer, tps))
+                if tps:
+                    await self.consumer.seek_to_beginning(*tps)
+        finally:
+            verifier.epoch += 1
+            verifier.assigning = False
 
 
 async def serve(settings: Settings) -> None:
