@@ -7,6 +7,8 @@
     10. Latency per message = time its MessagesAcknowledged is readable (committed)
     minus the start of the POST that sent it.
 (c) the ratio b/a, and (d) p50/p99 latency at 1,000 messages/s offered (BENCH_RATE sets another).
+(e) with BENCH_REPLICAS=2: (b) again with a second queue engine beside the first (the engines
+    share the queue log's partitions; BENCH_QUEUES queues, 6 by default then, spread the load).
 Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
 """
 
@@ -19,6 +21,8 @@ import functools
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
@@ -35,6 +39,8 @@ RAW_N = int(os.environ.get("BENCH_RAW_N", "50000"))
 E2E_N = int(os.environ.get("BENCH_E2E_N", "30000"))
 SENDERS = int(os.environ.get("BENCH_SENDERS", "8"))
 RATE, RATE_SECONDS = int(os.environ.get("BENCH_RATE", "1000")), 10
+REPLICAS = int(os.environ.get("BENCH_REPLICAS", "1"))
+QUEUES = int(os.environ.get("BENCH_QUEUES", "6" if REPLICAS > 1 else "1"))
 BODY = b"x" * 1024
 WORKER = "export default { async queue(batch, env) {} };\n"
 
@@ -203,11 +209,13 @@ async def wait_acked(watcher: AckWatcher, sent: dict[str, float], timeout: float
 
 
 async def end_to_end(api: Api, users: Users, watcher: AckWatcher) -> tuple[float, list[float]]:
-    q = await api.queue()
     w = await api.worker(WORKER)
-    await api.consumer(q, w, maxBatchSize=100, maxConcurrency=10, maxBatchTimeoutSeconds=0)
+    queues = [await api.queue() for _ in range(QUEUES)]
+    for q in queues:
+        await api.consumer(q, w, maxBatchSize=100, maxConcurrency=10, maxBatchTimeoutSeconds=0)
     warm: dict[str, float] = {}
-    await send(api, users, q, 100, warm)
+    for q in queues:
+        await send(api, users, q, 100, warm)
     await wait_acked(watcher, warm)
     sent: dict[str, float] = {}
     posts = E2E_N // 100
@@ -217,8 +225,8 @@ async def end_to_end(api: Api, users: Users, watcher: AckWatcher) -> tuple[float
 
     async def sender() -> None:
         while not queue_of_posts.empty():
-            queue_of_posts.get_nowait()
-            await send(api, users, q, 100, sent)
+            i = queue_of_posts.get_nowait()
+            await send(api, users, queues[i % len(queues)], 100, sent)
 
     started = time.perf_counter()
     await asyncio.gather(*(sender() for _ in range(SENDERS)))
@@ -272,6 +280,7 @@ async def bench(host: Any) -> None:
         try:
             e2e, lat = await end_to_end(api, users, watcher)
             rate_lat, rate_posts, rate_phases = await offered_rate(api, users, watcher)
+            scaled = await with_replicas(host, api, users, watcher) if REPLICAS > 1 else None
         finally:
             await watcher.stop()
     print()
@@ -288,11 +297,54 @@ async def bench(host: Any) -> None:
         f"   p99 {pct(rate_posts, 99):.1f} ms"
     )
     print(f"    where a message's time goes, p50 ms: {json.dumps(rate_phases)}")
+    if scaled is not None:
+        print(
+            f"(e) (b) with {REPLICAS} queue engine replicas: {scaled:10.0f} msg/s  ({scaled / e2e:.2f}x one replica, "
+            f"{QUEUES} queues, {os.cpu_count()} cores)"
+        )
     met = {True: "met", False: "NOT met"}
     print(
         f"targets (issue 16): >= 10000 msg/s end to end: {met[e2e >= 10_000]}; >= 20 % of raw: {met[e2e >= raw / 5]};"
         f" send -> ack p50 <= 20 ms at 1000 msg/s: {met[RATE == 1000 and pct(rate_lat, 50) <= 20]}"
     )
+
+
+async def with_replicas(host: Any, api: Api, users: Users, watcher: AckWatcher) -> float:
+    """(b) again, with REPLICAS - 1 more queue engines sharing the partitions."""
+    env = {**os.environ, **host.settings.to_env()}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "sumi.cli", "serve", "queue"], env={**env, "SUMI_REPLICA": f"bench-{i}"}
+        )
+        for i in range(1, REPLICAS)
+    ]
+    try:
+        await stable_members(host.settings, f"{host.settings.topic_prefix}-queue-engine", REPLICAS)
+        e2e, _ = await end_to_end(api, users, watcher)
+        return e2e
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait()
+
+
+async def stable_members(settings: Any, group: str, n: int, timeout: float = 120) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            (resp,) = await admin.describe_consumer_groups([group])
+            (described,) = resp.groups
+            if described[2] == "Stable" and len(described[5]) == n:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{group} never had {n} stable members")
+            await asyncio.sleep(0.5)
+    finally:
+        await admin.close()
 
 
 def main() -> None:
