@@ -11,7 +11,9 @@ import asyncio
 import signal
 from collections.abc import Coroutine
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -29,6 +31,7 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self._task: asyncio.Task[Any] | None = None  # the main task of `run`, while it runs
 
     def install(self) -> "StopSignals":
         for sig in STOP_SIGNALS:
@@ -38,7 +41,32 @@ class StopSignals:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum
+            if self._task is not None:
+                # Inside an event loop an exception raised here lands in whatever callback runs
+                # (a transport's write, which logs and drops it: the stop was lost, seen under
+                # load). Cancel the main task instead; `run` raises Stopped once it has ended.
+                self._task.get_loop().call_soon_threadsafe(self._task.cancel)
+                return
             raise Stopped(signum)
+
+    def run(self, main: Coroutine[Any, Any, T]) -> T:
+        """`asyncio.run(main)`, which a stop signal cancels, raising Stopped after it has ended."""
+
+        async def guarded() -> T:
+            self._task = asyncio.current_task()
+            try:
+                return await main
+            finally:
+                self._task = None
+
+        try:
+            result = asyncio.run(guarded())
+        except asyncio.CancelledError:
+            if self.received is None:
+                raise
+        if self.received is not None:
+            raise Stopped(self.received)
+        return result
 
     def wait(self) -> None:
         while True:  # `_on_signal` raises out of here

@@ -13,7 +13,6 @@ The order of things is the point of this module:
 - stop in order: gateway, processors (the supervisor), then database and broker.
 """
 
-import asyncio
 import fcntl
 import os
 import time
@@ -142,7 +141,7 @@ def _up(state: Path, signals: StopSignals, started: float, logs: bool = False) -
             part.wait_started()
         os.environ.update(env)
         settings = Settings.from_env()
-        asyncio.run(prepare(settings))
+        signals.run(prepare(settings))
         token, new = admin_token(
             settings, settings.admin_token or None, Path(settings.admin_token_file or state / "admin-token")
         )
@@ -150,7 +149,7 @@ def _up(state: Path, signals: StopSignals, started: float, logs: bool = False) -
         watched = [b for part in parts for b in (part.brokers if isinstance(part, KafkaCluster) else [part])]
         supervisor = Supervisor(settings, env, parts=watched)
         supervisor.start()
-        asyncio.run(issue_admin_token(settings, token))
+        signals.run(issue_admin_token(settings, token))
         supervisor.wait_ready()
         say(f"sumi: ready in {time.monotonic() - started:.1f}s at {supervisor.url}")
         say(f"sumi: admin token {token}" + (" (new; also written to the token file)" if new else ""))

@@ -83,6 +83,9 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
         uvicorn.run(create_app(config), host=config.http_host, port=config.http_port, log_level="warning")
         return 0
     from sumi._bootstrap import prepare
+    from sumi.core.outbox import end_process_on_failure
+
+    end_process_on_failure(15.0)  # a failed commit ends the process, its close bounded (the supervisor restarts it)
 
     async def run() -> None:
         await prepare(config)

@@ -11,11 +11,36 @@ the log, never patched up.
 
 import asyncio
 import contextlib
+import logging
+import os
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
 from sumi.core import kafka
+
+log = logging.getLogger(__name__)
+# Set by `sumi serve` (never in a test's own process): how long a process whose outbox failed
+# may take to close things before it exits anyway. Its loops end on the failure, but a client
+# waiting on a dead broker can hold the close for good (seen once under a broker's SIGKILL in a
+# loaded full run: the workflow engine hung, its contexts failing, instead of restarting).
+_ENDING_GRACE_S: float | None = None
+EXIT_OUTBOX_FAILED = 70
+
+
+def end_process_on_failure(grace_s: float) -> None:
+    global _ENDING_GRACE_S
+    _ENDING_GRACE_S = grace_s
+
+
+def _end_soon() -> None:
+    if _ENDING_GRACE_S is not None:
+        asyncio.get_running_loop().call_later(_ENDING_GRACE_S, _exit)
+
+
+def _exit() -> None:
+    log.error("the outbox failed and closing did not end the process; exiting (the log is the state)")
+    os._exit(EXIT_OUTBOX_FAILED)
 
 
 class Outbox:
@@ -59,6 +84,8 @@ class Outbox:
                         await kafka.send(self.producer, topic, key, record, self.partitions)
             except BaseException as exc:
                 self.failed = exc
+                if not isinstance(exc, asyncio.CancelledError):  # a stop is not a failure
+                    _end_soon()
                 for fut in waiters + self._waiters:
                     if not fut.done():
                         fut.set_exception(RuntimeError(f"commit failed: {exc!r}"))
