@@ -1,16 +1,28 @@
 """A Host of the test's own (sumi.testing, the kit worker authors use too), and this project's helpers around it."""
 
+import asyncio
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import httpx
 from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
 
 from sumi.core import codec
 from sumi.testing import Host, new_settings, running_host, start_host
 
-__all__ = ["Host", "SpaceFixture", "control_log", "new_settings", "new_space", "running_host", "start_host"]
+__all__ = [
+    "Host",
+    "SpaceFixture",
+    "control_log",
+    "new_settings",
+    "new_space",
+    "running_host",
+    "stable_members",
+    "start_host",
+]
 
 
 @dataclass
@@ -61,3 +73,21 @@ async def control_log(host: Host) -> list[object]:
     finally:
         await consumer.stop()
     return out
+
+
+async def stable_members(bootstrap: str, groups: Iterable[str], n: int, timeout: float = 90) -> None:
+    """Until each consumer group is Stable with n members (replicas joined, or a dead one gone)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout
+        for group in groups:
+            while True:
+                (resp,) = await admin.describe_consumer_groups([group])
+                (described,) = resp.groups
+                if described[2] == "Stable" and len(described[5]) == n:
+                    break
+                assert time.monotonic() < deadline, f"{group} never had {n} stable members"
+                await asyncio.sleep(0.5)
+    finally:
+        await admin.close()

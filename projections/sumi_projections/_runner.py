@@ -110,7 +110,8 @@ class ProjectionRunner:
             context=pgtext.ADAPTERS,
         )
         if until is None:
-            consumer = kafka.new_consumer(self.settings, self.group, group_instance_id=self.settings.replica or None)
+            member = kafka.static_member(self.settings, f"projection-{self.name}")
+            consumer = kafka.new_consumer(self.settings, self.group, group_instance_id=member)
         else:
             consumer = kafka.new_consumer(self.settings)
         owned = Owned(consumer, self.name, self.topic)

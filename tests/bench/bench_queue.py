@@ -32,7 +32,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sumi.core import codec
 from sumi.core import records as r
 from tests.conformance.kit import Api
-from tests.hostkit import SpaceFixture, new_settings, running_host
+from tests.hostkit import SpaceFixture, new_settings, running_host, stable_members
 from tests.httpkit import Users
 
 RAW_N = int(os.environ.get("BENCH_RAW_N", "50000"))
@@ -319,32 +319,15 @@ async def with_replicas(host: Any, api: Api, users: Users, watcher: AckWatcher) 
         for i in range(1, REPLICAS)
     ]
     try:
-        await stable_members(host.settings, f"{host.settings.topic_prefix}-queue-engine", REPLICAS)
+        await stable_members(
+            host.settings.kafka_bootstrap, [f"{host.settings.topic_prefix}-queue-engine"], REPLICAS, 120
+        )
         e2e, _ = await end_to_end(api, users, watcher)
         return e2e
     finally:
         for proc in procs:
             proc.terminate()
             proc.wait()
-
-
-async def stable_members(settings: Any, group: str, n: int, timeout: float = 120) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            (resp,) = await admin.describe_consumer_groups([group])
-            (described,) = resp.groups
-            if described[2] == "Stable" and len(described[5]) == n:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{group} never had {n} stable members")
-            await asyncio.sleep(0.5)
-    finally:
-        await admin.close()
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from sumi.core import records as r
 from sumi_projections import drop, migrate
 from sumi_projections._owned import Owned
 from tests.conformance.kit import Api
-from tests.hostkit import Host, control_log, new_settings, new_space, running_host
+from tests.hostkit import Host, control_log, new_settings, new_space, running_host, stable_members
 from tests.httpkit import WORKER
 
 pytestmark = pytest.mark.integration
@@ -74,26 +74,9 @@ def _replica(host: Host, service: str, name: str) -> "subprocess.Popen[bytes]":
     return subprocess.Popen([sys.executable, "-m", "sumi.cli", "serve", service], env=env)
 
 
-async def _members(admin: AIOKafkaAdminClient, group: str) -> int:
-    (resp,) = await admin.describe_consumer_groups([group])
-    (described,) = resp.groups
-    state, members = described[2], described[5]
-    return len(members) if state == "Stable" else 0
-
-
-async def _until_members(host: Host, n: int, timeout: float = 90) -> None:
+async def _until_members(host: Host, n: int) -> None:
     prefix, schema = host.settings.topic_prefix, host.settings.db_schema
-    groups = [f"{prefix}-{g.format(schema=schema)}" for g in GROUPS]
-    admin = AIOKafkaAdminClient(bootstrap_servers=host.settings.kafka_bootstrap)
-    await admin.start()
-    try:
-        deadline = time.monotonic() + timeout
-        for group in groups:
-            while await _members(admin, group) != n:
-                assert time.monotonic() < deadline, f"{group} never had {n} stable members"
-                await asyncio.sleep(0.5)
-    finally:
-        await admin.close()
+    await stable_members(host.settings.kafka_bootstrap, [f"{prefix}-{g.format(schema=schema)}" for g in GROUPS], n)
 
 
 async def _round(api: Api, queue: str, round_: int) -> None:

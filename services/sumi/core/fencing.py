@@ -43,8 +43,8 @@ class PartitionProducers:
     def get(self, tp: TopicPartition) -> AIOKafkaProducer | None:
         return self.producers.get(tp.partition)
 
-    def lock(self, tp: TopicPartition) -> asyncio.Lock:
-        return self.locks.setdefault(tp.partition, asyncio.Lock())
+    def lock(self, partition: int) -> asyncio.Lock:
+        return self.locks.setdefault(partition, asyncio.Lock())
 
     async def assign(self, tps: Iterable[TopicPartition]) -> None:
         """Hold exactly these partitions: new ones fenced from their previous owner, lost ones let
@@ -72,7 +72,7 @@ class PartitionProducers:
         commit of the state it drops (its decisions would be missing from the new fold)."""
         async with contextlib.AsyncExitStack() as held:
             for p in sorted(self.producers):
-                await held.enter_async_context(self.lock(TopicPartition("", p)))
+                await held.enter_async_context(self.lock(p))
             yield
 
     async def commit(
@@ -86,7 +86,7 @@ class PartitionProducers:
         """One transaction on the partition's own producer. False, and nothing committed, if
         this replica no longer holds the partition or `valid` says the decisions are stale
         (decided against a state a rebalance has dropped meanwhile)."""
-        async with self.lock(tp):
+        async with self.lock(tp.partition):
             producer = self.get(tp)
             if producer is None or not valid():
                 return False

@@ -155,6 +155,12 @@ def new_consumer(settings: Settings, group: str | None = None, **options: Any) -
     return AIOKafkaConsumer(**{**defaults, **options})
 
 
+def static_member(settings: Settings, name: str) -> str | None:
+    """A named replica's group instance ID (KIP-345: restarted, it takes its partitions back at
+    once, not after its own dead session expires); None, a dynamic member, when it has no name."""
+    return f"{name}-{settings.replica}" if settings.replica else None
+
+
 def new_producer(settings: Settings, transactional_id: str | None = None, **options: Any) -> AIOKafkaProducer:
     """Idempotent, acks=all; transactional when given an ID (which fences any earlier incarnation)."""
     defaults: dict[str, Any] = {

@@ -74,13 +74,10 @@ class TransactionalRunner:
 
     async def run(self) -> None:
         kafka.shorten_txn_retry()  # a command's decision waits on this processor's commit
-        replica = self.settings.replica
         consumer = kafka.new_consumer(
             self.settings,
             self.group,
-            # A named replica is a static member: restarted, it takes its partitions
-            # back at once instead of after its own dead session expires.
-            group_instance_id=f"{self.name}-{replica}" if replica else None,
+            group_instance_id=kafka.static_member(self.settings, self.name),
             session_timeout_ms=10000,
             heartbeat_interval_ms=2000,
             **self._assignor(),

@@ -86,11 +86,10 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
 
     def consumer(self, **options: Any) -> AIOKafkaConsumer:
         """The group member that follows the owned partitions (subscribe it with `self`)."""
-        replica = self.settings.replica
         self.member = kafka.new_consumer(
             self.settings,
             f"{self.settings.topic_prefix}-{self.name}",
-            group_instance_id=f"{self.name}-{replica}" if replica else None,
+            group_instance_id=kafka.static_member(self.settings, self.name),
             session_timeout_ms=10000,
             heartbeat_interval_ms=2000,
             **options,

@@ -205,9 +205,7 @@ class Verifier:
 
     async def run(self) -> None:
         settings = self.settings
-        # A named replica is a static member: restarted, it takes its partitions back at once.
-        member = f"verifier-{settings.replica}" if settings.replica else None
-        consumer = kafka.new_consumer(settings, self.group, group_instance_id=member)
+        consumer = kafka.new_consumer(settings, self.group, group_instance_id=kafka.static_member(settings, "verifier"))
         try:  # started inside: a stop signal while they start still stops them
             await consumer.start()
             consumer.subscribe([settings.topic("control")], listener=_FromBeginning(self, consumer))
