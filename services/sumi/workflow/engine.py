@@ -29,8 +29,10 @@ Plumbing around the pure core (`_state`, `_decide`):
   that depends on it. An engine restart starts a new context for every instance that
   was running: its new token fences whatever the old process left behind.
 
-One engine owns every partition (its transactional ID fences a restarted copy's
-predecessor), as the queue engine does; scale-out would split partitions by a group.
+Replicas take turns (`sumi.engines.standby`): every replica joins the commands' group, one
+holds every partition and the others stand by, because the engine's decisions span
+partitions (a Workflow's delete, its instance counts, a Caller Binding's call). The holder
+starts its transactional producer only once it holds, which fences the one before it.
 """
 
 import asyncio
@@ -43,6 +45,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from aiokafka.errors import CommitFailedError, IllegalGenerationError, RebalanceInProgressError
 from prometheus_client import CollectorRegistry
 
 from sumi.core import clock, ids, kafka, sealing
@@ -56,6 +59,7 @@ from sumi.core.problems import Problem
 from sumi.engines import exporter, fair
 from sumi.engines.metrics import PlumbingMetrics
 from sumi.engines.runtimes import Runtimes
+from sumi.engines.standby import Membership
 from sumi.engines.worklogs import WorkerLogs
 from sumi.runtime.types import Runtime, WorkflowOutcome
 from sumi.workflow import _decide as d
@@ -218,6 +222,8 @@ class Engine:
 
     def command(self, message: Any) -> None:
         tp = TopicPartition(message.topic, message.partition)
+        if message.offset < self.read.get(tp, 0):
+            return  # read again after a rebalance put the position back (decided or held already)
         self.read[tp] = message.offset + 1
         rec = kafka.decode(message.value)
         if isinstance(rec, kafka.Rejected):
@@ -568,7 +574,12 @@ class Engine:
             if offsets:
                 if self.last_put is not None:
                     await asyncio.shield(self.last_put)
-                await consumer.commit(offsets)
+                try:
+                    await consumer.commit(offsets)
+                except (CommitFailedError, IllegalGenerationError, RebalanceInProgressError) as exc:
+                    # A standby joined (or left) meanwhile: the same offsets go with the next round.
+                    log.info("workflow engine: committing the commands' offsets after a rebalance (%s)", exc)
+                    continue
                 committed.update(offsets)
             # The admin client reads the whole cluster's metadata for every DeleteRecords (a
             # quarter of this engine's CPU at 300 steps/s on a broker with many topics, when it
@@ -583,22 +594,30 @@ class Engine:
     async def run(self) -> None:
         kafka.shorten_txn_retry()
         prefix = self.settings.topic_prefix
-        producer = kafka.new_producer(self.settings, f"{prefix}-workflow-engine", linger_ms=0)
         # The clients stop however the engine ends, a stop signal while it starts included.
         async with contextlib.AsyncExitStack() as stack:
-            await kafka.started(stack, producer)  # fences and aborts whatever an earlier engine left open
+            member = Membership(
+                self.settings,
+                "workflow-engine",
+                self.settings.topic("workflow.commands"),
+                max_partition_fetch_bytes=4 << 20,
+            )
+            stack.push_async_callback(member.consumer.stop)
+            await member.start()
+            await member.until_holding()  # a standby waits here, reading nothing
+            member.resume = self.read.get
+            producer = kafka.new_producer(self.settings, f"{prefix}-workflow-engine", linger_ms=0)
+            await kafka.started(stack, producer)  # fences and aborts whatever an earlier holder left open
+            await member.from_committed()  # after the fence: the old holder's last offsets are in
             log_reader, log_tps = await self._reader(stack, self.settings.topic("workflow"))
             control_reader, control_tps = await self._reader(stack, self.settings.topic("control"))
             keys_reader, keys_tps = await self._reader(stack, self.settings.topic("workflow.keys"))
-            commands, command_tps = await self._reader(
-                stack, self.settings.topic("workflow.commands"), f"{prefix}-workflow-engine"
-            )
             admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
             stack.push_async_callback(admin.close)  # an admin client closes, it does not stop
             await admin.start()
             await kafka.read_to_end(keys_reader, keys_tps, self._fold_keys)
             await keys_reader.stop()  # the only writer of the keys as well
-            await self._serve(producer, log_reader, log_tps, control_reader, control_tps, commands, command_tps, admin)
+            await self._serve(producer, log_reader, log_tps, control_reader, control_tps, member, admin)
 
     async def _serve(
         self,
@@ -607,16 +626,15 @@ class Engine:
         log_tps: list[TopicPartition],
         control_reader: AIOKafkaConsumer,
         control_tps: list[TopicPartition],
-        commands: AIOKafkaConsumer,
-        command_tps: list[TopicPartition],
+        member: Membership,
         admin: AIOKafkaAdminClient,
     ) -> None:
+        commands = member.consumer
         try:
             await kafka.read_to_end(control_reader, control_tps, self._fold_control)
             await kafka.read_to_end(log_reader, log_tps, self._fold_log)
             await log_reader.stop()  # the only writer: every later record is folded when decided
             log.info("workflow engine rebuilt: %d instances", len(self.instances))
-            commands.assign(command_tps)  # from the group's committed offsets
             self.outbox = Outbox(producer, self.settings.partitions)
             now = self.now()
             self.runnable = {k for k, inst in self.instances.items() if d.needs_context(inst, now)}
@@ -626,6 +644,7 @@ class Engine:
                 tasks.create_task(self.schedule())
                 tasks.create_task(kafka.follow(commands, self.command, self.wake.set, max_records=1000))
                 tasks.create_task(self._commit_offsets(commands, admin))
+                tasks.create_task(member.until_lost())
                 tasks.create_task(kafka.follow(control_reader, self._fold_control, self._control_changed))
                 tasks.create_task(self._recheck(control_reader, control_tps))
                 refresh = lambda: self._refresh_metrics([commands, control_reader])  # noqa: E731

@@ -1,12 +1,15 @@
 """The pure decisions behind replicas: who owns the control processor's partitions, which
 partitions a projection replica lost (issue 17, item 2)."""
 
+import pytest
+from aiokafka import TopicPartition
 from aiokafka.cluster import ClusterMetadata
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
 from sumi.core.assignors import HOLDING, one_owner, owner
 from sumi.core.config import Settings
 from sumi.core.fencing import transactional_id
+from sumi.engines.standby import Membership
 from sumi_projections._owned import stale
 
 
@@ -40,3 +43,24 @@ def test_a_projection_replica_applies_only_partitions_whose_rows_have_not_moved(
     # QC-48: records of a partition another replica applied past are never applied again
     assert stale({0: 10, 1: 5, 2: 0}, {0: 10, 1: 9, 2: 0}) == {1}
     assert stale({3: 7}, {}) == {3}  # no row any more (a dropped schema): read it again
+
+
+async def test_a_workflow_engine_holder_given_nothing_ends_and_a_rebalance_resumes_where_it_read() -> None:
+    # WF-46: a holder the group gave up on stops (its successor fenced it); one given everything
+    # back after a standby joined reads on from its own position, not the committed one
+    settings = Settings("127.0.0.1:1", "postgresql://unused", topic_prefix="t1")
+    member = Membership(settings, "workflow-engine", "t1.workflow.commands")
+    seeks: list[tuple[TopicPartition, int]] = []
+    member.consumer.seek = lambda tp, at: seeks.append((tp, at))  # not started: no broker here
+    tps = [TopicPartition("t1.workflow.commands", p) for p in (1, 0)]
+    await member.on_partitions_assigned([])
+    assert not member.lost.is_set() and not member.holding.is_set()  # a standby stays one
+    await member.on_partitions_assigned(tps)
+    assert member.holding.is_set() and member.assigned == sorted(tps) and seeks == []
+    member.resume = {tps[0]: 7}.get
+    await member.on_partitions_assigned(tps)
+    assert seeks == [(tps[0], 7)]  # the partition it had read on from; the other from the group's offset
+    await member.on_partitions_assigned([])
+    assert member.lost.is_set()
+    with pytest.raises(RuntimeError, match="another replica holds"):
+        await member.until_lost()
