@@ -5,6 +5,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaConsumer
@@ -59,17 +60,22 @@ async def new_space(host: Host) -> SpaceFixture:
 
 async def control_log(host: Host) -> list[object]:
     """Every committed record of the Host's control log so far, decoded, in log order per partition."""
+    return await committed_log(host, "control")
+
+
+async def committed_log(host: Host, topic: str) -> list[Any]:
+    """Every committed record of one of the Host's topics so far, decoded, in log order per partition."""
     consumer = AIOKafkaConsumer(
-        host.settings.topic("control"),
+        host.settings.topic(topic),
         auto_offset_reset="earliest",
         bootstrap_servers=host.settings.kafka_bootstrap,
         isolation_level="read_committed",
     )
     await consumer.start()
-    out: list[object] = []
+    out: list[Any] = []
     try:
         while batch := await consumer.getmany(timeout_ms=1500):
-            out += [codec.decode(m.value) for ms in batch.values() for m in ms]
+            out += [codec.decode(m.value) for ms in batch.values() for m in ms if m.value is not None]
     finally:
         await consumer.stop()
     return out

@@ -30,12 +30,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from sumi.audit import replay_and_compare
-from sumi.core import codec
 from sumi.core import records as r
 from sumi_projections import drop, migrate
 from sumi_projections._owned import Owned
 from tests.conformance.kit import Api, Flows
-from tests.hostkit import Host, control_log, new_settings, new_space, running_host, stable_members
+from tests.hostkit import Host, committed_log, control_log, new_settings, new_space, running_host, stable_members
 from tests.httpkit import WORKER, WORKFLOW
 
 pytestmark = pytest.mark.integration
@@ -162,23 +161,6 @@ STEPS = 6
 BEFORE, AFTER = 12, 12  # instances created before the holder is killed, and after
 
 
-async def _workflow_log(host: Host) -> list[Any]:
-    consumer = AIOKafkaConsumer(
-        host.settings.topic("workflow"),
-        auto_offset_reset="earliest",
-        bootstrap_servers=host.settings.kafka_bootstrap,
-        isolation_level="read_committed",
-    )
-    await consumer.start()
-    out: list[Any] = []
-    try:
-        while batch := await consumer.getmany(timeout_ms=1500):
-            out += [codec.decode(m.value) for ms in batch.values() for m in ms if m.value is not None]
-    finally:
-        await consumer.stop()
-    return out
-
-
 async def test_a_standby_workflow_engine_takes_over_from_a_killed_holder(own_host: Host) -> None:
     # WF-46, WF-41, WF-26: the standby fences the holder, replays every running instance in a new
     # context; every command is decided once and every step committed once, whichever engine ran it.
@@ -207,7 +189,7 @@ async def test_a_standby_workflow_engine_takes_over_from_a_killed_holder(own_hos
             effects = Counter(base64.b64decode(m["body"]).decode() for m in await api.peek(report))
             # At least once: an effect under way when the holder died may run again in the new context.
             assert {f"{iid}:{i}" for iid in ids for i in range(STEPS)} <= set(effects), effects
-        records = await _workflow_log(own_host)
+        records = await committed_log(own_host, "workflow")
         decided = Counter(x.commandId for x in records if isinstance(x, r.CommandDecided))
         assert decided and max(decided.values()) == 1, [k for k, n in decided.items() if n > 1]
         steps = Counter(
