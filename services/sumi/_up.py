@@ -93,24 +93,17 @@ def up(logs: bool = False) -> int:
         lock.release()
 
 
-def _ports(brokers: int) -> dict[str, int] | str:
+def _ports(settings: Settings) -> dict[str, int] | str:
     """The ports `up` will listen on, by variable, or what is wrong with them."""
-    wanted = {"SUMI_HTTP_PORT": "8080"}
-    if "SUMI_KAFKA_BOOTSTRAP" not in os.environ:
-        wanted["SUMI_KAFKA_PORT"] = "9092"
-    if "SUMI_DATABASE_URL" not in os.environ:
-        wanted["SUMI_PG_PORT"] = "5432"
-    ports: dict[str, int] = {}
-    for var, default in wanted.items():
-        value = os.environ.get(var, default)
-        if not value.isdigit() or not 0 < int(value) < 65536:
-            return f"{var}={value!r} is not a port number"
-        ports[var] = int(value)
-    if "SUMI_KAFKA_PORT" in ports:  # a local cluster's brokers listen on the ports after the first
-        ports.update({f"SUMI_KAFKA_PORT+{i}": ports["SUMI_KAFKA_PORT"] + i for i in range(1, brokers)})
-    host = os.environ.get("SUMI_HTTP_HOST", "127.0.0.1")
+    ports = {"SUMI_HTTP_PORT": settings.http_port}
+    if settings.launch_kafka:
+        ports["SUMI_KAFKA_PORT"] = settings.kafka_port
+    if settings.launch_postgres:
+        ports["SUMI_PG_PORT"] = settings.pg_port
+    if settings.launch_kafka:  # a local cluster's brokers listen on the ports after the first
+        ports.update({f"SUMI_KAFKA_PORT+{i}": settings.kafka_port + i for i in range(1, settings.kafka_brokers)})
     for var, port in ports.items():
-        if port_taken(port, host if var == "SUMI_HTTP_PORT" else "127.0.0.1"):
+        if port_taken(port, settings.http_host if var == "SUMI_HTTP_PORT" else "127.0.0.1"):
             return f"port {port} ({var}) is already in use by another process; nothing was started"
     return ports
 
@@ -119,8 +112,9 @@ def _up(state: Path, signals: StopSignals, started: float, logs: bool = False) -
     from sumi._bootstrap import admin_token, issue_admin_token, prepare
     from sumi.supervisor import Supervisor
 
-    brokers = Settings.from_env().kafka_brokers
-    ports = _ports(brokers)
+    first = Settings.from_env()  # refused settings were said before (`sumi.cli._host_cmds.settings`)
+    brokers = first.kafka_brokers
+    ports = _ports(first)
     if isinstance(ports, str):
         say(f"sumi: {ports}")
         return 1

@@ -23,6 +23,12 @@ class Settings:
     kafka_brokers: int = 1
     http_host: str = "127.0.0.1"
     http_port: int = 8080
+    # What `sumi up` starts on this machine: a broker (or cluster) on kafka_port unless
+    # SUMI_KAFKA_BOOTSTRAP names one, PostgreSQL on pg_port unless SUMI_DATABASE_URL names one.
+    kafka_port: int = 9092
+    pg_port: int = 5432
+    launch_kafka: bool = True
+    launch_postgres: bool = True
     decision_timeout: float = 10.0
     state_dir: str = ".sumi"
     # Worker runtimes (see sumi.runtime._walls and docs/security.md). Python
@@ -107,7 +113,11 @@ class Settings:
             "replication": _int(env, "SUMI_REPLICATION", min(brokers, 3)),
             "kafka_brokers": brokers,
             "http_host": env.get("SUMI_HTTP_HOST", "127.0.0.1"),
-            "http_port": int(env.get("SUMI_HTTP_PORT", "8080")),
+            "http_port": _port(env, "SUMI_HTTP_PORT", 8080),
+            "kafka_port": _port(env, "SUMI_KAFKA_PORT", 9092),
+            "pg_port": _port(env, "SUMI_PG_PORT", 5432),
+            "launch_kafka": "SUMI_KAFKA_BOOTSTRAP" not in env,
+            "launch_postgres": "SUMI_DATABASE_URL" not in env,
             "decision_timeout": float(env.get("SUMI_DECISION_TIMEOUT", "10")),
             "state_dir": env.get("SUMI_STATE_DIR", ".sumi"),
             "allow_unwalled_python": env.get("SUMI_ALLOW_UNWALLED_PYTHON", "") in ("1", "true", "yes"),
@@ -157,6 +167,8 @@ class Settings:
             "SUMI_KAFKA_BROKERS": str(self.kafka_brokers),
             "SUMI_HTTP_HOST": self.http_host,
             "SUMI_HTTP_PORT": str(self.http_port),
+            "SUMI_KAFKA_PORT": str(self.kafka_port),
+            "SUMI_PG_PORT": str(self.pg_port),
             "SUMI_DECISION_TIMEOUT": str(self.decision_timeout),
             "SUMI_STATE_DIR": self.state_dir,
             "SUMI_ALLOW_UNWALLED_PYTHON": "1" if self.allow_unwalled_python else "",
@@ -180,6 +192,13 @@ class Settings:
             "SUMI_LOG_FORMAT": self.log_format,
             "SUMI_REPLICA": self.replica,
         }
+
+
+def _port(env: "os._Environ[str]", name: str, default: int) -> int:
+    text = env.get(name) or str(default)
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise SettingsError(f"{name}={text!r} is not a port number")
+    return int(text)
 
 
 def _int(env: "os._Environ[str]", name: str, default: int) -> int:

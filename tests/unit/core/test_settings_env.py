@@ -5,20 +5,18 @@ from pathlib import Path
 
 import pytest
 
-from sumi.core.config import Settings
+from sumi.core.config import Settings, SettingsError
 from sumi.infra._cache import cache_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_no_module_but_settings_reads_a_sumi_variable() -> None:  # QC-43: one source of settings
-    # `sumi up` still reads its own start-up variables (ports, what to start); its owner moves them.
     # The CLI's profile resolves a client's target (flags, then SUMI_URL/TOKEN/SPACE/CONTEXT, then
     # the profile file): a client's settings, not the Host's.
     # The test kit, like `sumi up`, reads whether a broker and a database are given (what to start).
     allowed = {
         "services/sumi/core/config.py",
-        "services/sumi/_up.py",
         "services/sumi/cli/_profile.py",
         "services/sumi/testing/_infra.py",
     }
@@ -57,4 +55,22 @@ def test_the_new_fields_come_from_the_environment(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setenv(name, value)
     assert Settings.from_env() == s.__class__(
         **{**s.__dict__, "admin_token": "", "deploy_token": "", "deploy_url": "http://127.0.0.1:8080"}
+        | {"launch_kafka": False, "launch_postgres": False}  # a service is handed them; `up` starts them
     )
+
+
+def test_what_sumi_up_starts_and_on_which_ports_comes_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:  # QC-43
+    for name in ("SUMI_KAFKA_BOOTSTRAP", "SUMI_DATABASE_URL", "SUMI_KAFKA_PORT", "SUMI_PG_PORT", "SUMI_HTTP_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    s = Settings.from_env()
+    assert (s.launch_kafka, s.launch_postgres, s.kafka_port, s.pg_port, s.http_port) == (True, True, 9092, 5432, 8080)
+    monkeypatch.setenv("SUMI_KAFKA_BOOTSTRAP", "broker:9092")
+    monkeypatch.setenv("SUMI_PG_PORT", "15432")
+    s = Settings.from_env()
+    assert (s.launch_kafka, s.launch_postgres, s.pg_port) == (False, True, 15432)
+    monkeypatch.setenv("SUMI_HTTP_PORT", "80a")
+    with pytest.raises(SettingsError, match="SUMI_HTTP_PORT='80a' is not a port number"):
+        Settings.from_env()
+    monkeypatch.setenv("SUMI_HTTP_PORT", "70000")
+    with pytest.raises(SettingsError, match="is not a port number"):
+        Settings.from_env()
