@@ -104,3 +104,36 @@ class PartitionProducers:
     async def close(self) -> None:
         for p in sorted(self.producers):
             await self._stop(p)
+
+
+class Folds:
+    """Which fold a replica's decisions were made against.
+
+    aiokafka may hand out records fetched before or while a rebalance's listener folded afresh,
+    and a decision in flight across a rebalance was made against the state it dropped. So the
+    epoch is bumped when an assignment starts and when it ends: a record of an older fold is
+    never taken, and a decision of one is never committed (`valid`, checked under the
+    partition's lock in `PartitionProducers.commit`)."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.assigning = False
+
+    def stale(self, epoch: int) -> bool:
+        return self.epoch != epoch or self.assigning
+
+    def valid(self, epoch: int) -> Callable[[], bool]:
+        return lambda: not self.stale(epoch)
+
+    @contextlib.asynccontextmanager
+    async def refold(self, producers: PartitionProducers) -> AsyncIterator[None]:
+        """An assignment's fold: after the last commit of the state it drops (`quiet`), and
+        stale for every decision made before it or while it runs."""
+        self.assigning = True
+        self.epoch += 1
+        try:
+            async with producers.quiet():
+                yield
+        finally:
+            self.epoch += 1
+            self.assigning = False

@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from sumi.core import assignors, kafka
 from sumi.core.config import Settings
-from sumi.core.fencing import PartitionProducers
+from sumi.core.fencing import Folds, PartitionProducers
 from sumi.core.kafka import Out
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,7 @@ class TransactionalRunner:
         self.quarantine = kafka.Quarantine(settings, name)
         self.ready = asyncio.Event()
         self.failed: BaseException | None = None
-        self.rebuilding = False
-        self.epoch = 0
+        self.folds = Folds()
         self.start: dict[TopicPartition, int] = {}  # where the last assignment set each partition
 
     async def run(self) -> None:
@@ -85,19 +84,19 @@ class TransactionalRunner:
         try:  # started inside: a stop signal while they start still stops them (unstopped clients log errors)
             await consumer.start()
             consumer.subscribe([self.input_topic], listener=_Rebuild(self, consumer))
-            epoch = self.epoch
+            epoch = self.folds.epoch
             async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
                 if self.failed is not None:
                     raise RuntimeError("rebuilding state failed") from self.failed
                 # aiokafka may hand out records fetched before or while the listener folded;
                 # deciding them would use the wrong state. Read on from where it set each partition.
-                if batch and (epoch != self.epoch or self.rebuilding):
+                if batch and self.folds.stale(epoch):
                     for tp in batch:
                         if tp in consumer.assignment() and tp in self.start:
                             consumer.seek(tp, self.start[tp])
                 elif batch:
                     await self._process(batch)
-                epoch = self.epoch  # for the next poll
+                epoch = self.folds.epoch  # for the next poll
         finally:
             await consumer.stop()
             await self.producers.close()
@@ -121,13 +120,12 @@ class TransactionalRunner:
     async def _process(self, batch: dict[TopicPartition, list[Any]]) -> None:
         """Each partition's records decided in order, committed on its own producer (beside
         the others'): a partition this replica lost meanwhile commits nothing."""
-        now, epoch = int(time.time() * 1000), self.epoch
+        now, valid = int(time.time() * 1000), self.folds.valid(self.folds.epoch)
         commits = []
         for tp, messages in batch.items():
             outs = [out for message in messages for out in self.decide(message, now)]
             offsets = {tp: messages[-1].offset + 1}
-            current = lambda: self.epoch == epoch  # noqa: E731  # decided against the state of now
-            commits.append(self.producers.commit(tp, outs, offsets, self.group, current))
+            commits.append(self.producers.commit(tp, outs, offsets, self.group, valid))
         await asyncio.gather(*commits)
 
     def fold(self, message: Any, before_end: bool = True) -> None:
@@ -158,10 +156,8 @@ class _Rebuild(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: Any) -> None:
         # A fresh fold for every assignment: state of partitions lost meanwhile must not linger.
         runner = self.runner
-        runner.rebuilding = True
-        runner.epoch += 1
         try:
-            async with runner.producers.quiet():  # after the last commit of the state dropped here
+            async with runner.folds.refold(runner.producers):
                 runner.logic.reset()
                 # Fenced first: the changelog and the offsets read after it hold the old owner's last commit.
                 runner.start = await runner.producers.fenced(self.consumer, assigned)
@@ -170,7 +166,4 @@ class _Rebuild(ConsumerRebalanceListener):  # type: ignore[misc]
             # aiokafka only logs a listener's failure; deciding on a partial fold must not happen.
             runner.failed = exc
             raise
-        finally:
-            runner.epoch += 1
-            runner.rebuilding = False
         runner.ready.set()

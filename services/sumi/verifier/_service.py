@@ -41,7 +41,7 @@ from sumi.core import kafka
 from sumi.core import records as r
 from sumi.core.commands import OperationReport, submitted
 from sumi.core.config import Settings
-from sumi.core.fencing import PartitionProducers
+from sumi.core.fencing import Folds, PartitionProducers
 from sumi.core.problems import FieldError, Problem
 from sumi.engines.fair import FairSlots
 from sumi.engines.runtimes import Runtimes
@@ -97,10 +97,7 @@ class Verifier:
         self.group = f"{settings.topic_prefix}-verifier"
         self.quarantine = kafka.Quarantine(settings, "verifier")
         self.producers = PartitionProducers(settings, "verifier", linger_ms=1)
-        # Bumped when an assignment starts and when it ends: a record or a report of an older
-        # fold (read before or while the listener folded afresh) is never taken or committed.
-        self.epoch = 0
-        self.assigning = False
+        self.folds = Folds()  # a record or a report of an older fold is never taken or committed
 
     # ---- the fold -----------------------------------------------------------------------
 
@@ -211,17 +208,17 @@ class Verifier:
             consumer.subscribe([settings.topic("control")], listener=_FromBeginning(self, consumer))
             # A load or a commit that fails ends the group, and the service, as one failure did before.
             async with asyncio.TaskGroup() as loads:
-                epoch = self.epoch
+                epoch = self.folds.epoch
                 async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
                     for tp, messages in batch.items():
                         for message in messages:
-                            if self.epoch != epoch or self.assigning:
+                            if self.folds.stale(epoch):
                                 break
                             await self._take(tp, message, loads)
-                    if batch and (self.epoch != epoch or self.assigning):
+                    if batch and self.folds.stale(epoch):
                         # Fetched for an older fold: the new one reads every partition from its start.
                         await self._from_start(consumer, [tp for tp in batch if tp in consumer.assignment()])
-                    epoch = self.epoch
+                    epoch = self.folds.epoch
         finally:
             await consumer.stop()
             await self.producers.close()
@@ -257,7 +254,7 @@ class Verifier:
             return
         if job is not None:
             progress.started(tp, message.offset)
-            loads.create_task(self._verify(job, tp, message, progress, self.epoch))
+            loads.create_task(self._verify(job, tp, message, progress, self.folds.epoch))
 
     async def _verify(self, job: Job, tp: TopicPartition, message: Any, progress: Progress, epoch: int) -> None:
         try:
@@ -276,15 +273,11 @@ class Verifier:
         """On the partition's own producer. A partition lost meanwhile, or a load of an older
         fold, commits nothing: the partition's owner verifies the Version again from the
         committed offset, and a repeated report changes nothing."""
-        epoch = self.epoch if epoch is None else epoch
-
-        def current() -> bool:
-            return self.epoch == epoch and not self.assigning
-
+        valid = self.folds.valid(self.folds.epoch if epoch is None else epoch)
         # never behind the committed offset: a partition folded again from its start is below it
         at = self.progress.offsets().get(tp)
         offsets = {tp: at} if at is not None and at >= self.act_from.get(tp, 0) else {}
-        await self.producers.commit(tp, outs, offsets, self.group, current)
+        await self.producers.commit(tp, outs, offsets, self.group, valid)
 
 
 class _FromBeginning(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -299,18 +292,12 @@ class _FromBeginning(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         verifier, tps = self.verifier, list(assigned)
-        verifier.assigning = True
-        verifier.epoch += 1
-        try:
-            async with verifier.producers.quiet():  # after the last commit of the fold dropped here
-                verifier.reset()
-                # Fenced first: the committed offsets read then hold the previous owner's last report.
-                verifier.act_from.update(await verifier.producers.fenced(self.consumer, tps))
-                if tps:
-                    await self.consumer.seek_to_beginning(*tps)
-        finally:
-            verifier.epoch += 1
-            verifier.assigning = False
+        async with verifier.folds.refold(verifier.producers):
+            verifier.reset()
+            # Fenced first: the committed offsets read then hold the previous owner's last report.
+            verifier.act_from.update(await verifier.producers.fenced(self.consumer, tps))
+            if tps:
+                await self.consumer.seek_to_beginning(*tps)
 
 
 async def serve(settings: Settings) -> None:

@@ -8,7 +8,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
 from sumi.core.assignors import HOLDING, one_owner, owner
 from sumi.core.config import Settings
-from sumi.core.fencing import transactional_id
+from sumi.core.fencing import Folds, PartitionProducers, transactional_id
 from sumi.engines.standby import Membership
 from sumi_projections._owned import stale
 
@@ -64,3 +64,16 @@ async def test_a_workflow_engine_holder_given_nothing_ends_and_a_rebalance_resum
     assert member.lost.is_set()
     with pytest.raises(RuntimeError, match="another replica holds"):
         await member.until_lost()
+
+
+async def test_a_decision_of_a_fold_a_rebalance_replaced_is_never_committed() -> None:
+    # QC-48: a record fetched, or a report decided, against the state a rebalance dropped is stale
+    settings = Settings("127.0.0.1:1", "postgresql://unused", topic_prefix="t1")
+    folds, producers = Folds(), PartitionProducers(settings, "verifier")
+    before = folds.epoch
+    valid = folds.valid(before)
+    assert valid() and not folds.stale(before)
+    async with folds.refold(producers):
+        assert folds.stale(folds.epoch)  # while it folds, nothing is taken, not even of the new fold
+    assert folds.stale(before) and not valid()
+    assert not folds.stale(folds.epoch) and folds.valid(folds.epoch)()
