@@ -5,12 +5,10 @@ Plumbing around the pure core (`_state`, `_decide`):
   changelog; the engine is its only writer. On start, after its transactional producer
   has fenced any earlier engine process, it folds every partition to the end
   (read_committed) and never reads it again: every later record is folded when decided.
-- Commands (topic `workflow.commands`, same key) are read from the group's committed
-  offsets; each is decided against the fold, and its `CommandDecided` goes to the
-  instance log with the facts it decided. The group's offsets are committed after the
-  decisions they cover, never past a command still undecided (a terminate waiting for
-  its context's stop), and decided command IDs are remembered from the log, so a
-  command read twice after a crash is decided once.
+- Commands (topic `workflow.commands`, same key) come through the intake (`_intake`):
+  each is decided once against the fold, and its `CommandDecided` goes to the instance log
+  with the facts it decided; the group's offsets follow the decisions, and decided
+  commands leave the topic.
 - The control log is read as a global table: Workflows, their worker's allocation,
   Versions' code and bindings.
 - Data keys (`_keys`, `sumi.core.sealing`): every document goes to the instance log sealed
@@ -18,9 +16,6 @@ Plumbing around the pure core (`_state`, `_decide`):
   purge (a terminal transition's unmatched events, retention, the Workflow's delete) writes
   the keys' tombstones with it. The key topic is folded before the instance log at a start,
   and each record read back is opened with the keys still alive.
-- Commands are an inbox, not a history: once the group's offsets past them are committed
-  (after the decisions they led to), they are deleted from the topic (DeleteRecords), so the
-  params and payloads they carried do not outlive the data they became.
 - Durable timers: every due time is a field of the fold (`_decide.next_due`); the engine
   keeps a heap of them and fires by appending records, so a restart re-arms every sleep,
   wait timeout, retry and retention purge from the log alone.
@@ -39,13 +34,11 @@ import asyncio
 import contextlib
 import heapq
 import logging
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
-from aiokafka.errors import CommitFailedError, IllegalGenerationError, RebalanceInProgressError
+from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import CollectorRegistry
 
 from sumi.core import clock, ids, kafka, sealing
@@ -67,6 +60,7 @@ from sumi.workflow import _keys
 from sumi.workflow import commands as c
 from sumi.workflow._bindings import Bindings
 from sumi.workflow._control import WorkflowControl
+from sumi.workflow._intake import Intake
 from sumi.workflow._metrics import WorkflowMetrics
 from sumi.workflow._runs import LIMIT_STOPS, RUNTIME_FAILED, ContextRun
 from sumi.workflow._spares import Spares
@@ -80,9 +74,7 @@ OBSERVE_MS = 1000
 # A delete whose contexts have not all confirmed their stop by then takes the stop as unproven
 # (WF-14): it reports the same Operation `reconciling` and proves the stop by the runtimes' exit.
 STOP_PROOF_MS = 5000
-REMEMBERED_COMMANDS = 200_000
 Answer = asyncio.Future[r.CommandDecided]
-DELETE_EVERY_S = 5.0  # how soon a decided command's payload leaves workflow.commands
 
 
 def limits_of(settings: Settings) -> d.Limits:
@@ -102,7 +94,6 @@ class Engine:
         self.ring = sealing.KeyRing()  # the data keys alive: the fold of the key topic
         self.runs: dict[str, ContextRun] = {}
         self.control = WorkflowControl()
-        self.quarantine = kafka.Quarantine(settings, "workflow-engine")
         self.bindings = Bindings(self)
         self.spares = Spares(self)
         self.due: list[tuple[int, str]] = []
@@ -117,11 +108,7 @@ class Engine:
         self.retries: list[tuple[int, str]] = []
         # Terminates of instances with a live run, decided in `ended` once its stop is proven (WF-26).
         self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance, Answer]]] = {}
-        self.deferred: dict[str, list[tuple[d.Caller, c.WorkflowCommand]]] = {}
-        self.wake_recheck = asyncio.Event()
-        self.decided: OrderedDict[str, None] = OrderedDict()
-        self.held: dict[str, tuple[TopicPartition, int]] = {}  # undecided command id -> its offset
-        self.read: dict[TopicPartition, int] = {}  # next offset per commands partition
+        self.intake = Intake(settings, self)
         self.reported: set[str] = set()
         self.stopping_since: dict[str, int] = {}  # delete Operation -> when it first waited for a stop
         self.reconciling: set[str] = set()  # delete Operations reported `reconciling`
@@ -145,7 +132,7 @@ class Engine:
 
     def fold(self, key: str, rec: r.Record) -> None:
         if isinstance(rec, r.CommandDecided):
-            self._remember(rec.commandId)
+            self.intake.remember(rec.commandId)
             return
         if isinstance(rec, r.InstancesPurged) or not isinstance(rec, r.WorkflowRecord):
             return  # the marker after the per-instance purges (WF-13); nothing else is on this log
@@ -192,6 +179,11 @@ class Engine:
             self.last_put = fut
         return fut
 
+    def put(self, out: kafka.Out) -> None:
+        """One record of no instance's (a quarantined command), committed in order with the rest."""
+        assert self.outbox is not None
+        self.last_put = self.outbox.put([(out.topic, out.key, out.record)])
+
     def _sealed(self, key: str, rec: r.WorkflowRecord) -> list[tuple[str, str, Any]]:
         """Fold one record and give what goes out for it: its new keys, the record sealed with
         them, and the tombstones of the keys it destroys, in that order (one transaction)."""
@@ -208,81 +200,12 @@ class Engine:
             outs.append((keys, dropped, None))
         return outs
 
-    def _remember(self, command_id: str) -> None:
-        self.decided[command_id] = None
-        if len(self.decided) > REMEMBERED_COMMANDS:
-            self.decided.popitem(last=False)
-
     def control_command(self, space: str, command: ControlCommand) -> r.CommandSubmitted:
         return submitted(
             command, command_id=ids.new_ulid(), space=space, principal="sumi-workflow", admin=True, now=now_ms()
         )
 
     # ---- commands ------------------------------------------------------------------------------
-
-    def command(self, message: Any) -> None:
-        tp = TopicPartition(message.topic, message.partition)
-        if message.offset < self.read.get(tp, 0):
-            return  # read again after a rebalance put the position back (decided or held already)
-        self.read[tp] = message.offset + 1
-        rec = kafka.decode(message.value)
-        if isinstance(rec, kafka.Rejected):
-            self._quarantine(message, rec)
-            return
-        try:
-            self._command(message, tp, rec)
-        except Exception as exc:  # a command this engine cannot handle must not stop every workflow
-            log.exception("workflow engine could not handle %s[%d]@%d", tp.topic, tp.partition, message.offset)
-            self._quarantine(message, kafka.failed(exc))
-
-    def _quarantine(self, message: Any, why: kafka.Rejected) -> None:
-        """Set a command aside; the group's offset moves past it only once this has committed."""
-        out = self.quarantine.out(message, why)
-        assert self.outbox is not None
-        self.last_put = self.outbox.put([(out.topic, out.key, out.record)])
-
-    def _command(self, message: Any, tp: TopicPartition, rec: r.Record) -> None:
-        if not isinstance(rec, r.CommandSubmitted) or rec.commandId in self.decided:
-            return
-        caller = d.Caller(rec.commandId, rec.space, rec.principal, rec.kind)
-        now = self.now()
-        try:
-            cmd = c.decode(rec.kind, rec.payload)
-        except Problem as problem:
-            self.emit(message.key.decode() if message.key else rec.space, [d.rejected(caller, now, problem)])
-            return
-        key = c.key_of(cmd)
-        view = self.control.view(cmd.workflow_uid)
-        if key in self.deferred or (isinstance(cmd, c.CreateInstance) and not (view.exists and view.ready)):
-            # Before a create is refused for a Workflow this engine does not know (yet), the control
-            # log is read to its current end: the Workflow may have been created a moment ago. Later
-            # commands of the same instance wait behind it, so their order stays the log's.
-            self.held[rec.commandId] = (tp, message.offset)
-            self.deferred.setdefault(key, []).append((caller, cmd))
-            self.wake_recheck.set()
-            return
-        if isinstance(cmd, c.TerminateInstance):
-            self.held[rec.commandId] = (tp, message.offset)  # until decided: a run may have to stop first
-        self.decide_now(key, cmd, caller)
-
-    async def _recheck(self, reader: AIOKafkaConsumer, tps: list[TopicPartition]) -> None:
-        """Decide deferred commands once the control log has been folded up to its end as of now."""
-        while True:
-            await self.wake_recheck.wait()
-            self.wake_recheck.clear()
-            if not self.deferred:
-                continue
-            ends = await reader.end_offsets(tps)
-            for _ in range(500):  # at most ~5 s behind; then decide on what is known
-                if not await kafka.behind(reader, ends):
-                    break
-                await asyncio.sleep(0.01)
-            deferred, self.deferred = self.deferred, {}
-            for key, entries in deferred.items():
-                for caller, cmd in entries:
-                    if not isinstance(cmd, c.TerminateInstance):
-                        self.held.pop(caller.command_id, None)
-                    self.decide_now(key, cmd, caller)
 
     def decide_now(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller) -> None:
         if isinstance(cmd, c.TerminateInstance):
@@ -307,7 +230,7 @@ class Engine:
     def _terminate_now(
         self, key: str, cmd: c.TerminateInstance, caller: d.Caller, answer: Answer
     ) -> "asyncio.Future[None]":
-        self.held.pop(caller.command_id, None)
+        self.intake.release(caller.command_id)
         decision = self.decide(key, cmd, caller, self.now())
         record = next(x for x in decision.records if isinstance(x, r.CommandDecided))
         committed = self.apply(key, decision)
@@ -332,13 +255,6 @@ class Engine:
             self.runnable.add(key)
             self.wake.set()
         return fut
-
-    def offsets(self) -> dict[TopicPartition, int]:
-        """How far the group may commit: never past a command that is still undecided."""
-        out = dict(self.read)
-        for tp, offset in self.held.values():
-            out[tp] = min(out.get(tp, offset), offset)
-        return out
 
     # ---- runs ------------------------------------------------------------------------------
 
@@ -560,37 +476,6 @@ class Engine:
         self.blocked.clear()
         self.wake.set()
 
-    async def _commit_offsets(self, consumer: AIOKafkaConsumer, admin: AIOKafkaAdminClient) -> None:
-        """The group's offsets, committed after the decisions they cover (in order, so the last
-        transaction put before them is enough to wait for); the commands before them are then
-        deleted: their documents live on only sealed in the instance log."""
-        committed: dict[TopicPartition, int] = {}
-        deleted: dict[TopicPartition, int] = {}
-        last_delete = 0.0
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(0.2)
-            offsets = {tp: o for tp, o in self.offsets().items() if committed.get(tp) != o}
-            if offsets:
-                if self.last_put is not None:
-                    await asyncio.shield(self.last_put)
-                try:
-                    await consumer.commit(offsets)
-                except (CommitFailedError, IllegalGenerationError, RebalanceInProgressError) as exc:
-                    # A standby joined (or left) meanwhile: the same offsets go with the next round.
-                    log.info("workflow engine: committing the commands' offsets after a rebalance (%s)", exc)
-                    continue
-                committed.update(offsets)
-            # The admin client reads the whole cluster's metadata for every DeleteRecords (a
-            # quarter of this engine's CPU at 300 steps/s on a broker with many topics, when it
-            # ran with every commit): the decided commands go at most every few seconds.
-            if loop.time() - last_delete >= DELETE_EVERY_S:
-                gone = {tp: o for tp, o in committed.items() if deleted.get(tp) != o}
-                if gone:
-                    await admin.delete_records({tp: RecordsToDelete(o) for tp, o in gone.items()})
-                    deleted.update(gone)
-                last_delete = loop.time()
-
     async def run(self) -> None:
         kafka.shorten_txn_retry()
         prefix = self.settings.topic_prefix
@@ -605,7 +490,7 @@ class Engine:
             stack.push_async_callback(member.consumer.stop)
             await member.start()
             await member.until_holding()  # a standby waits here, reading nothing
-            member.resume = self.read.get
+            member.resume = self.intake.read.get
             producer = kafka.new_producer(self.settings, f"{prefix}-workflow-engine", linger_ms=0)
             await kafka.started(stack, producer)  # fences and aborts whatever an earlier holder left open
             await member.from_committed()  # after the fence: the old holder's last offsets are in
@@ -642,11 +527,11 @@ class Engine:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.outbox.run())
                 tasks.create_task(self.schedule())
-                tasks.create_task(kafka.follow(commands, self.command, self.wake.set, max_records=1000))
-                tasks.create_task(self._commit_offsets(commands, admin))
+                tasks.create_task(kafka.follow(commands, self.intake.take, self.wake.set, max_records=1000))
+                tasks.create_task(self.intake.commit_offsets(commands, admin))
                 tasks.create_task(member.until_lost())
                 tasks.create_task(kafka.follow(control_reader, self._fold_control, self._control_changed))
-                tasks.create_task(self._recheck(control_reader, control_tps))
+                tasks.create_task(self.intake.recheck(control_reader, control_tps))
                 refresh = lambda: self._refresh_metrics([commands, control_reader])  # noqa: E731
                 tasks.create_task(exporter.export(self.settings, "workflow", self.registry, refresh))
         finally:
