@@ -29,10 +29,11 @@ from typing import Any
 
 import httpx
 import psutil
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 
 from sumi.core import codec, kafka
 from sumi.core import records as r
+from tests.bench._tail import Tail
 from tests.bench.bench_workflow import STEPS, TEN, dbos_bench, pct, pool
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, SpaceFixture, new_settings, running_host
@@ -45,68 +46,43 @@ _DECIDED_FP = codec.encode(r.CommandDecided("c", "s", "p", "k", True, 201, 0))[2
 _SUBMITTED_FP = codec.encode(r.CommandSubmitted("c", "k", "s", "p", False, "{}", 0))[2:10]
 
 
-class Ends:
+class Ends(Tail):
     """Follows the instance log (read_committed) and resolves a future when an instance ends;
     notes, per instance, when its create command was appended, when the engine sent its
     decision, and when that decision became readable (committed)."""
 
+    topics = ("workflow", "workflow.commands")
+
     def __init__(self, host: Host) -> None:
-        self.settings = host.settings
+        super().__init__(host.settings)
         self.waiting: dict[str, asyncio.Future[None]] = {}
         self.appended: dict[str, float] = {}
         self.decided: dict[str, tuple[float, float]] = {}  # instance -> (sent, readable)
         self.instance_of: dict[str, str] = {}  # command ID -> instance ID
-        self.task: asyncio.Task[None] | None = None
 
     def ended(self, iid: str) -> asyncio.Future[None]:
         return self.waiting.setdefault(iid, asyncio.get_running_loop().create_future())
 
-    async def start(self) -> None:
-        self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-            fetch_max_wait_ms=5,
-        )
-        await self.consumer.start()
-        tps = [
-            TopicPartition(self.settings.topic(topic), p)
-            for topic in ("workflow", "workflow.commands")
-            for p in range(self.settings.partitions)
-        ]
-        self.consumer.assign(tps)
-        await self.consumer.seek_to_end(*tps)
-        self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            batch = await self.consumer.getmany(timeout_ms=100, max_records=10_000)
-            now = time.time()
-            for msgs in batch.values():
-                for m in msgs:
-                    if m.value[2:10] == _SUBMITTED_FP and m.key:
-                        rec = codec.decode(m.value)
-                        iid = m.key.decode().rsplit("/", 1)[-1]
-                        self.appended[iid] = m.timestamp / 1000
-                        self.instance_of[rec.commandId] = iid
-                        continue
-                    if m.value[2:10] == _DECIDED_FP:
-                        rec = codec.decode(m.value)
-                        if rec.commandId in self.instance_of:
-                            self.decided[self.instance_of[rec.commandId]] = (m.timestamp / 1000, now)
-                        continue
-                    if m.value[2:10] != _STATUS_FP:
-                        continue
+    def take(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        now = time.time()
+        for msgs in batch.values():
+            for m in msgs:
+                if m.value[2:10] == _SUBMITTED_FP and m.key:
                     rec = codec.decode(m.value)
-                    if isinstance(rec, r.InstanceStatusChanged) and rec.status in ("complete", "errored"):
-                        self.ended(rec.instanceId).set_result(None) if not self.ended(rec.instanceId).done() else None
-
-    async def stop(self) -> None:
-        if self.task:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-        await self.consumer.stop()
+                    iid = m.key.decode().rsplit("/", 1)[-1]
+                    self.appended[iid] = m.timestamp / 1000
+                    self.instance_of[rec.commandId] = iid
+                    continue
+                if m.value[2:10] == _DECIDED_FP:
+                    rec = codec.decode(m.value)
+                    if rec.commandId in self.instance_of:
+                        self.decided[self.instance_of[rec.commandId]] = (m.timestamp / 1000, now)
+                    continue
+                if m.value[2:10] != _STATUS_FP:
+                    continue
+                rec = codec.decode(m.value)
+                if isinstance(rec, r.InstanceStatusChanged) and rec.status in ("complete", "errored"):
+                    self.ended(rec.instanceId).set_result(None) if not self.ended(rec.instanceId).done() else None
 
 
 async def sumi_run(

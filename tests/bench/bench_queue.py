@@ -31,6 +31,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from sumi.core import codec
 from sumi.core import records as r
+from tests.bench._tail import Tail
 from tests.conformance.kit import Api
 from tests.hostkit import SpaceFixture, new_settings, running_host, stable_members
 from tests.httpkit import Users
@@ -99,53 +100,38 @@ _DELIVERED_FP = codec.encode(r.BatchDelivered("q", "c", "b", (), (), "v", 0))[2:
 PHASES = ("post->accepted", "accepted->delivered", "delivered->acked", "acked->readable")
 
 
-class AckWatcher:
+class AckWatcher(Tail):
     """Reads the queue log (read_committed) and notes when each message's ACK is readable."""
 
+    topics = ("queue",)
+
     def __init__(self, settings: Any) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.acked: dict[str, float] = {}
-        self.task: asyncio.Task[None] | None = None
         # With `phases` on, each message's path too, by the records' timestamps (epoch ms, the
         # writer's clock: one machine): accepted, delivered, acknowledged, and when readable.
         self.phases = False
         self.stamps: dict[str, dict[str, float]] = {}
 
-    async def start(self) -> None:
-        self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-            fetch_max_wait_ms=5,
-        )
-        await self.consumer.start()
-        topic = self.settings.topic("queue")
-        tps = [TopicPartition(topic, p) for p in range(self.settings.partitions)]
-        self.consumer.assign(tps)
-        await self.consumer.seek_to_end(*tps)
-        self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            batch = await self.consumer.getmany(timeout_ms=100, max_records=10_000)
-            now, wall = time.perf_counter(), time.time() * 1000
-            for msgs in batch.values():
-                for m in msgs:
-                    fp = m.value[2:10]
-                    if fp == _ACK_FP:
-                        rec = codec.decode(m.value)
-                        if isinstance(rec, r.MessagesAcknowledged):
-                            for mid in rec.messageIds:
-                                self.acked[mid] = now
-                                if self.phases:
-                                    self.stamps.setdefault(mid, {}).update(acked=m.timestamp, readable=wall)
-                    elif self.phases and fp in (_ACCEPTED_FP, _DELIVERED_FP):
-                        rec = codec.decode(m.value)
-                        if isinstance(rec, r.MessageAccepted):
-                            self.stamps.setdefault(rec.messageId, {})["accepted"] = m.timestamp
-                        elif isinstance(rec, r.BatchDelivered):
-                            for mid in rec.messageIds:
-                                self.stamps.setdefault(mid, {}).setdefault("delivered", m.timestamp)
+    def take(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        now, wall = time.perf_counter(), time.time() * 1000
+        for msgs in batch.values():
+            for m in msgs:
+                fp = m.value[2:10]
+                if fp == _ACK_FP:
+                    rec = codec.decode(m.value)
+                    if isinstance(rec, r.MessagesAcknowledged):
+                        for mid in rec.messageIds:
+                            self.acked[mid] = now
+                            if self.phases:
+                                self.stamps.setdefault(mid, {}).update(acked=m.timestamp, readable=wall)
+                elif self.phases and fp in (_ACCEPTED_FP, _DELIVERED_FP):
+                    rec = codec.decode(m.value)
+                    if isinstance(rec, r.MessageAccepted):
+                        self.stamps.setdefault(rec.messageId, {})["accepted"] = m.timestamp
+                    elif isinstance(rec, r.BatchDelivered):
+                        for mid in rec.messageIds:
+                            self.stamps.setdefault(mid, {}).setdefault("delivered", m.timestamp)
 
     def phase_p50s(self, posted: dict[str, float]) -> dict[str, float]:
         """p50 of each step of a message's path (ms), over the messages posted (epoch ms)."""
@@ -157,13 +143,6 @@ class AckWatcher:
                 for phase, a, b in zip(PHASES, marks, marks[1:], strict=False):
                     steps[phase].append(b - a)  # type: ignore[operator]
         return {phase: round(pct(v, 50), 1) for phase, v in steps.items()}
-
-    async def stop(self) -> None:
-        if self.task:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-        await self.consumer.stop()
 
 
 @functools.cache

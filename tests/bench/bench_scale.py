@@ -34,10 +34,11 @@ from itertools import zip_longest
 from typing import Any
 
 import psutil
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from sumi.core import codec
 from sumi.core import records as r
+from tests.bench._tail import Tail
 from tests.bench.bench_queue import WORKER, AckWatcher, send, wait_acked
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, SpaceFixture, new_settings, running_host
@@ -152,50 +153,29 @@ async def queue_restart(host: Host, api: Api, users: Users, queue: str) -> float
         await watcher.stop()
 
 
-class Completions:
+class Completions(Tail):
     """Follows the instance log (read_committed): how many instances completed, and when each did."""
 
+    topics = ("workflow",)
+
     def __init__(self, host: Host) -> None:
-        self.settings = host.settings
+        super().__init__(host.settings)
         self.done: dict[str, float] = {}
-        self.task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-            fetch_max_wait_ms=5,
-        )
-        await self.consumer.start()
-        tps = [TopicPartition(self.settings.topic("workflow"), p) for p in range(self.settings.partitions)]
-        self.consumer.assign(tps)
-        await self.consumer.seek_to_end(*tps)
-        self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            batch = await self.consumer.getmany(timeout_ms=100, max_records=10_000)
-            now = time.perf_counter()
-            for msgs in batch.values():
-                for m in msgs:
-                    if m.value[2:10] == _STATUS_FP:
-                        rec = codec.decode(m.value)
-                        if isinstance(rec, r.InstanceStatusChanged) and rec.status in ("complete", "errored"):
-                            self.done.setdefault(rec.instanceId, now)
+    def take(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        now = time.perf_counter()
+        for msgs in batch.values():
+            for m in msgs:
+                if m.value[2:10] == _STATUS_FP:
+                    rec = codec.decode(m.value)
+                    if isinstance(rec, r.InstanceStatusChanged) and rec.status in ("complete", "errored"):
+                        self.done.setdefault(rec.instanceId, now)
 
     async def wait(self, ids: set[str], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not ids <= self.done.keys():
             assert time.monotonic() < deadline, f"{len(ids - self.done.keys())} instances never completed"
             await asyncio.sleep(0.05)
-
-    async def stop(self) -> None:
-        if self.task:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-        await self.consumer.stop()
 
 
 async def editor_api(host: Host, client: Any) -> tuple[Api, SpaceFixture]:
