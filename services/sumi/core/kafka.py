@@ -161,6 +161,20 @@ def static_member(settings: Settings, name: str) -> str | None:
     return f"{name}-{settings.replica}" if settings.replica else None
 
 
+def group_member(settings: Settings, name: str, **options: Any) -> AIOKafkaConsumer:
+    """A processor's member of its group `<prefix>-<name>`: a static member when the replica is
+    named, and given up on 10 s after its last heartbeat (how long its partitions wait for a
+    replica to take them over when it dies)."""
+    return new_consumer(
+        settings,
+        f"{settings.topic_prefix}-{name}",
+        group_instance_id=static_member(settings, name),
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=2_000,
+        **options,
+    )
+
+
 def new_producer(settings: Settings, transactional_id: str | None = None, **options: Any) -> AIOKafkaProducer:
     """Idempotent, acks=all; transactional when given an ID (which fences any earlier incarnation)."""
     defaults: dict[str, Any] = {

@@ -73,14 +73,7 @@ class TransactionalRunner:
 
     async def run(self) -> None:
         kafka.shorten_txn_retry()  # a command's decision waits on this processor's commit
-        consumer = kafka.new_consumer(
-            self.settings,
-            self.group,
-            group_instance_id=kafka.static_member(self.settings, self.name),
-            session_timeout_ms=10000,
-            heartbeat_interval_ms=2000,
-            **self._assignor(),
-        )
+        consumer = kafka.group_member(self.settings, self.name, **self._assignor())
         try:  # started inside: a stop signal while they start still stops them (unstopped clients log errors)
             await consumer.start()
             consumer.subscribe([self.input_topic], listener=_Rebuild(self, consumer))

@@ -86,14 +86,7 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
 
     def consumer(self, **options: Any) -> AIOKafkaConsumer:
         """The group member that follows the owned partitions (subscribe it with `self`)."""
-        self.member = kafka.new_consumer(
-            self.settings,
-            f"{self.settings.topic_prefix}-{self.name}",
-            group_instance_id=kafka.static_member(self.settings, self.name),
-            session_timeout_ms=10000,
-            heartbeat_interval_ms=2000,
-            **options,
-        )
+        self.member = kafka.group_member(self.settings, self.name, **options)
         return self.member
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:

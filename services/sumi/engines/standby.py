@@ -29,7 +29,6 @@ from sumi.core import assignors, kafka
 from sumi.core.config import Settings
 
 log = logging.getLogger(__name__)
-SESSION_MS, HEARTBEAT_MS = 10_000, 2_000  # how long a dead holder keeps its standby waiting
 
 
 class Membership(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -40,14 +39,8 @@ class Membership(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
         self.lost = asyncio.Event()
         self.assigned: list[TopicPartition] = []
         self.resume: Callable[[TopicPartition], int | None] = lambda tp: None  # where the holder had read
-        self.consumer = kafka.new_consumer(
-            settings,
-            f"{settings.topic_prefix}-{name}",
-            group_instance_id=kafka.static_member(settings, name),
-            session_timeout_ms=SESSION_MS,
-            heartbeat_interval_ms=HEARTBEAT_MS,
-            partition_assignment_strategy=(assignors.one_owner(self.holding.is_set),),
-            **options,
+        self.consumer = kafka.group_member(
+            settings, name, partition_assignment_strategy=(assignors.one_owner(self.holding.is_set),), **options
         )
 
     async def start(self) -> None:
