@@ -32,13 +32,20 @@ log = logging.getLogger(__name__)
 
 
 class Membership(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
-    def __init__(self, settings: Settings, name: str, topic: str, **options: object) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        name: str,
+        topic: str,
+        resume: Callable[[TopicPartition], int | None] = lambda tp: None,
+        **options: object,
+    ) -> None:
         self.name = name
         self.topic = topic
         self.holding = asyncio.Event()
         self.lost = asyncio.Event()
         self.assigned: list[TopicPartition] = []
-        self.resume: Callable[[TopicPartition], int | None] = lambda tp: None  # where the holder had read
+        self.resume = resume  # where the holder had read each partition (None: not yet)
         self.consumer = kafka.group_member(
             settings, name, partition_assignment_strategy=(assignors.one_owner(self.holding.is_set),), **options
         )

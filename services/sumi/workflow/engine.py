@@ -485,12 +485,12 @@ class Engine:
                 self.settings,
                 "workflow-engine",
                 self.settings.topic("workflow.commands"),
+                resume=self.intake.read.get,
                 max_partition_fetch_bytes=4 << 20,
             )
             stack.push_async_callback(member.consumer.stop)
             await member.start()
             await member.until_holding()  # a standby waits here, reading nothing
-            member.resume = self.intake.read.get
             producer = kafka.new_producer(self.settings, f"{prefix}-workflow-engine", linger_ms=0)
             await kafka.started(stack, producer)  # fences and aborts whatever an earlier holder left open
             await member.from_committed()  # after the fence: the old holder's last offsets are in

@@ -49,7 +49,8 @@ async def test_a_workflow_engine_holder_given_nothing_ends_and_a_rebalance_resum
     # WF-46: a holder the group gave up on stops (its successor fenced it); one given everything
     # back after a standby joined reads on from its own position, not the committed one
     settings = Settings("127.0.0.1:1", "postgresql://unused", topic_prefix="t1")
-    member = Membership(settings, "workflow-engine", "t1.workflow.commands")
+    read: dict[TopicPartition, int] = {}
+    member = Membership(settings, "workflow-engine", "t1.workflow.commands", resume=read.get)
     seeks: list[tuple[TopicPartition, int]] = []
     member.consumer.seek = lambda tp, at: seeks.append((tp, at))  # not started: no broker here
     tps = [TopicPartition("t1.workflow.commands", p) for p in (1, 0)]
@@ -57,7 +58,7 @@ async def test_a_workflow_engine_holder_given_nothing_ends_and_a_rebalance_resum
     assert not member.lost.is_set() and not member.holding.is_set()  # a standby stays one
     await member.on_partitions_assigned(tps)
     assert member.holding.is_set() and member.assigned == sorted(tps) and seeks == []
-    member.resume = {tps[0]: 7}.get
+    read[tps[0]] = 7
     await member.on_partitions_assigned(tps)
     assert seeks == [(tps[0], 7)]  # the partition it had read on from; the other from the group's offset
     await member.on_partitions_assigned([])
