@@ -33,6 +33,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 
 from sumi.core import codec, kafka
 from sumi.core import records as r
+from tests.bench._profile import profiled
 from tests.bench._tail import Tail
 from tests.bench.bench_workflow import STEPS, TEN, dbos_bench, pct, pool
 from tests.conformance.kit import Api, Flows
@@ -299,7 +300,8 @@ async def sumi_bench(host: Host) -> list[dict[str, Any]]:
             parts = processes(host)
             before, t0 = cpu(parts), time.perf_counter()
             lag = asyncio.create_task(projection_lag(host, ends))
-            hundred = await sumi_run(people, flows_of, ends, N100, 100)
+            with profiled(parts):
+                hundred = await sumi_run(people, flows_of, ends, N100, 100)
             after, elapsed = cpu(parts), time.perf_counter() - t0
             lag.cancel()
             print(json.dumps({"workflow projection lag (records), every 2 s": await lag_samples(lag)}), flush=True)

@@ -10,6 +10,10 @@ replica held it before and makes its next commit fail (`ProducerFenced`), which 
 process. Only then does the new owner read the partition's committed offset (`fenced`), so
 no commit of the old owner can land between that read and the first decision.
 
+A partition's engine outbox takes turns on a pair of producers (`turns=2`, see
+`sumi.core.outbox`), `...-p<partition>` and `...-p<partition>-t1`: the new owner starts both,
+so both of the old owner's are fenced before it reads anything.
+
 Rebalances under aiokafka's eager protocol revoke everything and assign anew: producers of
 partitions assigned again are kept, the others stopped.
 """
@@ -28,20 +32,27 @@ from sumi.core.config import Settings
 log = logging.getLogger(__name__)
 
 
-def transactional_id(settings: Settings, name: str, partition: int) -> str:
-    return f"{settings.topic_prefix}-{name}-p{partition}"
+def transactional_id(settings: Settings, name: str, partition: int, turn: int = 0) -> str:
+    base = f"{settings.topic_prefix}-{name}-p{partition}"
+    return f"{base}-t{turn}" if turn else base
 
 
 class PartitionProducers:
-    def __init__(self, settings: Settings, name: str, **options: Any) -> None:
+    def __init__(self, settings: Settings, name: str, turns: int = 1, **options: Any) -> None:
         self.settings = settings
         self.name = name
+        self.turns = turns
         self.options = options
-        self.producers: dict[int, AIOKafkaProducer] = {}
-        self.locks: dict[int, asyncio.Lock] = {}  # one transaction at a time per producer
+        self.producers: dict[int, tuple[AIOKafkaProducer, ...]] = {}
+        self.locks: dict[int, asyncio.Lock] = {}  # one transaction at a time per partition
 
     def get(self, tp: TopicPartition) -> AIOKafkaProducer | None:
-        return self.producers.get(tp.partition)
+        turns = self.producers.get(tp.partition)
+        return turns[0] if turns else None
+
+    def turns_of(self, partition: int) -> tuple[AIOKafkaProducer, ...]:
+        """Every producer of a held partition, for an outbox that takes turns on them."""
+        return self.producers[partition]
 
     def lock(self, partition: int) -> asyncio.Lock:
         return self.locks.setdefault(partition, asyncio.Lock())
@@ -53,9 +64,19 @@ class PartitionProducers:
         for p in sorted(set(self.producers) - wanted):
             await self._stop(p)
         for p in sorted(wanted - set(self.producers)):
-            producer = kafka.new_producer(self.settings, transactional_id(self.settings, self.name, p), **self.options)
-            await producer.start()  # InitProducerId: the fence
-            self.producers[p] = producer
+            started: list[AIOKafkaProducer] = []
+            try:
+                for turn in range(self.turns):
+                    tid = transactional_id(self.settings, self.name, p, turn)
+                    producer = kafka.new_producer(self.settings, tid, **self.options)
+                    await producer.start()  # InitProducerId: the fence
+                    started.append(producer)
+            except BaseException:
+                for producer in started:
+                    with contextlib.suppress(Exception):
+                        await producer.stop()
+                raise
+            self.producers[p] = tuple(started)
 
     async def fenced(self, consumer: AIOKafkaConsumer, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Fence these partitions, then their committed offsets (0: none), and seek there."""
@@ -95,11 +116,11 @@ class PartitionProducers:
 
     async def _stop(self, partition: int) -> None:
         # No lock taken: a rebalance calls this inside `quiet`, after the partition's last commit.
-        producer = self.producers.pop(partition)
-        try:
-            await producer.stop()
-        except Exception:
-            log.exception("%s: stopping the producer of partition %d", self.name, partition)
+        for producer in self.producers.pop(partition):
+            try:
+                await producer.stop()
+            except Exception:
+                log.exception("%s: stopping a producer of partition %d", self.name, partition)
 
     async def close(self) -> None:
         for p in sorted(self.producers):

@@ -59,7 +59,7 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
         self.name = name
         self.topic = topic
         self.owner = owner
-        self.producers = PartitionProducers(settings, name, linger_ms=0)
+        self.producers = PartitionProducers(settings, name, turns=2, linger_ms=0)
         self.outboxes: dict[int, Outbox] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.next: dict[int, int] = {}  # owned partition -> the next offset to fold
@@ -116,9 +116,8 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
         assert self.member is not None
         for tp in tps:
             self.member.seek(tp, ends[tp])
-            self.outboxes[tp.partition] = outbox = Outbox(
-                self.producers.producers[tp.partition], self.settings.partitions
-            )
+            producers = self.producers.turns_of(tp.partition)
+            self.outboxes[tp.partition] = outbox = Outbox(producers, self.settings.partitions)
             self.tasks[tp.partition] = asyncio.create_task(self._run_outbox(outbox))
         self.next = {tp.partition: ends[tp] for tp in tps}  # no await since the seeks: nothing slips past
         log.info("%s owns partitions %s", self.name, sorted(self.next))

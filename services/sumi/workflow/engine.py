@@ -2,9 +2,10 @@
 
 Plumbing around the pure core (`_state`, `_decide`):
 - The instance log (topic `workflow`, key `<workflowUid>/<instanceId>`) is the engine's
-  changelog; the engine is its only writer. On start, after its transactional producer
-  has fenced any earlier engine process, it folds every partition to the end
-  (read_committed) and never reads it again: every later record is folded when decided.
+  changelog; the engine is its only writer. On start, after its transactional producers
+  (a pair its outbox takes turns on, `sumi.core.outbox`) have fenced any earlier engine
+  process, it folds every partition to the end (read_committed) and never reads it again:
+  every later record is folded when decided.
 - Commands (topic `workflow.commands`, same key) come through the intake (`_intake`):
   each is decided once against the fold, and its `CommandDecided` goes to the instance log
   with the facts it decided; the group's offsets follow the decisions, and decided
@@ -27,7 +28,7 @@ Plumbing around the pure core (`_state`, `_decide`):
 Replicas take turns (`sumi.engines.standby`): every replica joins the commands' group, one
 holds every partition and the others stand by, because the engine's decisions span
 partitions (a Workflow's delete, its instance counts, a Caller Binding's call). The holder
-starts its transactional producer only once it holds, which fences the one before it.
+starts its transactional producers only once it holds, which fences the one before it.
 """
 
 import asyncio
@@ -478,7 +479,6 @@ class Engine:
 
     async def run(self) -> None:
         kafka.shorten_txn_retry()
-        prefix = self.settings.topic_prefix
         # The clients stop however the engine ends, a stop signal while it starts included.
         async with contextlib.AsyncExitStack() as stack:
             member = Membership(
@@ -491,8 +491,9 @@ class Engine:
             stack.push_async_callback(member.consumer.stop)
             await member.start()
             await member.until_holding()  # a standby waits here, reading nothing
-            producer = kafka.new_producer(self.settings, f"{prefix}-workflow-engine", linger_ms=0)
-            await kafka.started(stack, producer)  # fences and aborts whatever an earlier holder left open
+            producers = [kafka.new_producer(self.settings, tid, linger_ms=0) for tid in self._transactional_ids()]
+            for producer in producers:  # fences and aborts whatever an earlier holder left open
+                await kafka.started(stack, producer)
             await member.from_committed()  # after the fence: the old holder's last offsets are in
             log_reader, log_tps = await self._reader(stack, self.settings.topic("workflow"))
             control_reader, control_tps = await self._reader(stack, self.settings.topic("control"))
@@ -502,11 +503,16 @@ class Engine:
             await admin.start()
             await kafka.read_to_end(keys_reader, keys_tps, self._fold_keys)
             await keys_reader.stop()  # the only writer of the keys as well
-            await self._serve(producer, log_reader, log_tps, control_reader, control_tps, member, admin)
+            await self._serve(producers, log_reader, log_tps, control_reader, control_tps, member, admin)
+
+    def _transactional_ids(self) -> list[str]:
+        """The outbox's pair (`sumi.core.outbox`): one holder at a time owns both."""
+        base = f"{self.settings.topic_prefix}-workflow-engine"
+        return [base, f"{base}-t1"]
 
     async def _serve(
         self,
-        producer: Any,
+        producers: list[Any],
         log_reader: AIOKafkaConsumer,
         log_tps: list[TopicPartition],
         control_reader: AIOKafkaConsumer,
@@ -520,7 +526,7 @@ class Engine:
             await kafka.read_to_end(log_reader, log_tps, self._fold_log)
             await log_reader.stop()  # the only writer: every later record is folded when decided
             log.info("workflow engine rebuilt: %d instances", len(self.instances))
-            self.outbox = Outbox(producer, self.settings.partitions)
+            self.outbox = Outbox(producers, self.settings.partitions)
             now = self.now()
             self.runnable = {k for k, inst in self.instances.items() if d.needs_context(inst, now)}
             # A TaskGroup: one failure (a fenced producer above all) cancels every other loop at once.

@@ -1,0 +1,93 @@
+"""Profiles of the Host's Python services while a benchmark runs (BENCH_PROFILE=1).
+
+py-spy samples each service's main process from outside (no code of the service
+changes, nothing slows it but the sampling) and writes collapsed stacks; the summary
+prints, per service, the functions that held the most samples themselves (self) and
+with what they called (total), so a closing note can say where the time goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+
+WANTED = os.environ.get("BENCH_PROFILE", "") not in ("", "0")
+
+
+def _spy() -> str | None:
+    here = Path(sys.executable).parent / "py-spy"
+    return str(here) if here.exists() else shutil.which("py-spy")
+
+
+@contextlib.contextmanager
+def profiled(parts: dict[str, list[psutil.Process]], top: int = 12) -> Iterator[None]:
+    """Samples the first process of every part that runs Python while the block runs."""
+    spy = _spy()
+    if not WANTED or spy is None:
+        if WANTED:
+            print(json.dumps({"profile": "py-spy not found; pip install py-spy"}), flush=True)
+        yield
+        return
+    out = Path(tempfile.mkdtemp(prefix="sumi-profile-"))
+    running: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+    for name, procs in parts.items():
+        if not procs or name in ("kafka", "postgres"):
+            continue
+        file = out / f"{name.replace(' ', '-')}.txt"
+        cmd = [spy, "record", "--nonblocking", "-r", "200", "-f", "raw", "-o", str(file), "-p", str(procs[0].pid)]
+        running[name] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), file)
+    try:
+        yield
+    finally:
+        for proc, _ in running.values():
+            proc.send_signal(2)  # py-spy writes its file on SIGINT
+        for name, (proc, file) in running.items():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+            if file.exists():
+                print(json.dumps({"profile": name, **summary(file, top)}), flush=True)
+        print(json.dumps({"profile files": str(out)}), flush=True)
+
+
+def _frame(raw: str) -> str:
+    """`function (path/to/file.py:12)` -> `function file.py`: one name per function, not per line."""
+    name, _, where = raw.partition(" (")
+    return f"{name} {where.rsplit(':', 1)[0].rsplit('/', 1)[-1]}"
+
+
+def summary(file: Path, top: int) -> dict[str, object]:
+    """Self and total shares of the busiest frames, idle (waiting in the selector) apart."""
+    own: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    samples = idle = 0
+    for line in file.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [_frame(f) for f in stack.split(";")]
+        if frames and ("select " in frames[-1] or "poll " in frames[-1] or "epoll" in frames[-1]):
+            idle += n
+            continue
+        samples += n
+        if frames:
+            own[frames[-1]] += n
+        for f in set(frames):
+            total[f] += n
+    busy = max(samples, 1)
+    return {
+        "busy samples": samples,
+        "idle samples": idle,
+        "self %": {f: round(100 * n / busy, 1) for f, n in own.most_common(top)},
+        "total %": {f: round(100 * n / busy, 1) for f, n in total.most_common(top + 8)},
+    }

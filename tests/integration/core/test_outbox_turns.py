@@ -1,0 +1,111 @@
+"""The outbox's pair of transactional producers against a real broker (`sumi.core.outbox`):
+commits taking turns keep the order of the decisions, and a new owner fences both."""
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import ProducerFenced
+
+from sumi.core import codec
+from sumi.core import records as r
+from sumi.core.outbox import Outbox
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def topic(kafka_bootstrap: str) -> AsyncIterator[str]:
+    name = f"outbox-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, 2, 1)])
+        yield name
+        await admin.delete_topics([name])
+    finally:
+        await admin.close()
+
+
+async def pair(bootstrap: str, tid: str) -> list[AIOKafkaProducer]:
+    producers = [
+        AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{tid}{t}", enable_idempotence=True, linger_ms=0)
+        for t in ("", "-t1")
+    ]
+    for p in producers:
+        await p.start()
+    return producers
+
+
+async def read_all(bootstrap: str, topic: str) -> list[str]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in (0, 1)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        got: list[str] = []  # one key: one partition, in log order
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            for ms in (await consumer.getmany(timeout_ms=500)).values():
+                got += [codec.decode(m.value).instanceId for m in ms]
+        return got
+    finally:
+        await consumer.stop()
+
+
+def status(i: int) -> tuple[str, str, r.InstanceStatusChanged]:
+    return ("", "k", r.InstanceStatusChanged("w", f"i{i:04d}", "queued", i))
+
+
+def counted(producer: AIOKafkaProducer, begun: list[int], turn: int) -> None:
+    begin = producer.begin_transaction
+
+    async def counting() -> None:
+        begun.append(turn)
+        await begin()
+
+    producer.begin_transaction = counting  # type: ignore[method-assign]
+
+
+# WF-46: the engine's commits take turns on two producers and still land in decision order,
+# each exactly once; starting the pair again (a new holder) fences both of the old holder's.
+async def test_turns_keep_the_order_and_a_new_owner_fences_both(kafka_bootstrap: str, topic: str) -> None:
+    tid = f"outbox-{uuid.uuid4().hex[:6]}"
+    old = await pair(kafka_bootstrap, tid)
+    begun: list[int] = []
+    for turn, p in enumerate(old):
+        counted(p, begun, turn)
+    outbox = Outbox(old, partitions=2)
+    runner = asyncio.create_task(outbox.run())
+    try:
+        puts = []
+        for i in range(120):
+            puts.append(outbox.put([(topic, "k", status(i)[2])]))
+            if i % 3 == 0:
+                await asyncio.sleep(0.002)  # some alone in a transaction, some grouped
+        await asyncio.gather(*puts)
+        assert len(begun) > 2 and begun == [t % 2 for t in range(len(begun))]  # strictly in turns
+        assert await read_all(kafka_bootstrap, topic) == [f"i{i:04d}" for i in range(120)]
+
+        new = await pair(kafka_bootstrap, tid)  # InitProducerId for both: the fence
+        try:
+            for p in old:  # whichever producer's turn would come next
+                with pytest.raises(ProducerFenced):
+                    async with p.transaction():
+                        await p.send(topic, codec.encode(status(999)[2]), key=b"k")
+            with pytest.raises(RuntimeError):
+                await outbox.put([(topic, "k", status(998)[2])])
+            async with new[0].transaction():
+                await new[0].send(topic, codec.encode(status(997)[2]), key=b"k")
+        finally:
+            for p in new:
+                await p.stop()
+        assert (await read_all(kafka_bootstrap, topic))[120:] == ["i0997"]
+    finally:
+        runner.cancel()
+        for p in old:
+            await p.stop()
