@@ -6,6 +6,7 @@ of the control log, which is its changelog: state is the fold of it.
 """
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,8 +99,11 @@ def log_key(space: str, worker_uid: str) -> str:
     return f"{space}/{worker_uid}"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def partition_for(key: str, partitions: int) -> int:
-    """Kafka's default partitioner (murmur2), so Java clients agree with us."""
+    """Kafka's default partitioner (murmur2), so Java clients agree with us. aiokafka's murmur2
+    is pure Python, and an engine asks again for every record of a key (an instance's steps):
+    a bounded cache of the keys in use answers those."""
     from aiokafka.partitioner import murmur2
 
     return (int(murmur2(key.encode())) & 0x7FFFFFFF) % partitions
