@@ -32,7 +32,9 @@ async def topic(kafka_bootstrap: str) -> AsyncIterator[str]:
 
 async def pair(bootstrap: str, tid: str) -> list[AIOKafkaProducer]:
     producers = [
-        AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{tid}{t}", enable_idempotence=True, linger_ms=0)
+        AIOKafkaProducer(
+            bootstrap_servers=bootstrap, transactional_id=f"{tid}{t}", enable_idempotence=True, linger_ms=0
+        )
         for t in ("", "-t1")
     ]
     for p in producers:
