@@ -67,9 +67,11 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
 
     from sumi._lifeline import hold_if_asked
     from sumi._signals import exit_quietly_on_stop, run_until_stopped
+    from sumi.core.allocator import cap_arenas
 
     config = settings()
     hold_if_asked()  # started by `sumi up`: die with it
+    cap_arenas()
     if service == "gateway":
         import uvicorn
 

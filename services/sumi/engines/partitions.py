@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from sumi.core import kafka
+from sumi.core import allocator, kafka
 from sumi.core.config import Settings
 from sumi.core.fencing import PartitionProducers
 from sumi.core.outbox import Outbox
@@ -108,6 +108,7 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
             await self.producers.assign(tps)  # the fence, before the fold reads what it left
             self.owner.reset()
             ends = await self._rebuild(tps)
+            allocator.give_back()  # the fold's garbage, not the state it left
         except BaseException as exc:
             # aiokafka only logs a listener's failure; deciding on a partial fold must not happen.
             log.exception("%s: taking over %s failed", self.name, [tp.partition for tp in tps])

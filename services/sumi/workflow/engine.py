@@ -42,7 +42,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import CollectorRegistry
 
-from sumi.core import clock, ids, kafka, sealing
+from sumi.core import allocator, clock, ids, kafka, sealing
 from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.commands import Command as ControlCommand
@@ -526,6 +526,7 @@ class Engine:
             await kafka.read_to_end(log_reader, log_tps, self._fold_log)
             await log_reader.stop()  # the only writer: every later record is folded when decided
             log.info("workflow engine rebuilt: %d instances", len(self.instances))
+            allocator.give_back()  # the fold's garbage, not the state it left
             self.outbox = Outbox(producers, self.settings.partitions)
             now = self.now()
             self.runnable = {k for k, inst in self.instances.items() if d.needs_context(inst, now)}
