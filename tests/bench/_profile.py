@@ -41,7 +41,7 @@ def profiled(parts: dict[str, list[psutil.Process]], top: int = 12) -> Iterator[
     out = Path(tempfile.mkdtemp(prefix="sumi-profile-"))
     running: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
     for name, procs in parts.items():
-        if not procs or name in ("kafka", "postgres"):
+        if not procs or name in ("kafka", "postgres") or name.endswith(" runtimes"):  # not Python
             continue
         file = out / f"{name.replace(' ', '-')}.txt"
         cmd = [spy, "record", "--nonblocking", "-r", "200", "-f", "raw", "-o", str(file), "-p", str(procs[0].pid)]

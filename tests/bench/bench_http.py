@@ -150,14 +150,16 @@ async def sumi_run(
 
 
 def processes(host: Host) -> dict[str, list[psutil.Process]]:
-    """Each service by name with its runtime processes; the broker and PostgreSQL; this client."""
+    """Each service by name, the runtimes it started apart; the broker and PostgreSQL; this client."""
     out: dict[str, list[psutil.Process]] = {"bench client": [psutil.Process()]}
     for p in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
             cmd = p.cmdline()
             if "serve" in cmd and cmd.index("serve") + 1 < len(cmd):
                 name = cmd[cmd.index("serve") + 1]
-                out.setdefault(name, []).extend([p, *p.children(recursive=True)])
+                out.setdefault(name, []).append(p)
+                if kids := p.children(recursive=True):  # the worker runtimes it started
+                    out.setdefault(f"{name} runtimes", []).extend(kids)
     for p in psutil.process_iter(["name", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
         if p.info["name"] == "java" and "kafka" in cmd:
