@@ -59,6 +59,10 @@ class Settings:
     # rest read back from the queue log when delivered.
     queue_settled_window: int = 100_000
     queue_body_budget_bytes: int = 64 << 20
+    # An engine snapshots a partition of its log (sumi.engines.snapshots) once this many records
+    # (and at least half as many as its last snapshot held) were folded since the last one; a
+    # start then folds at most about that many. 0: never (every start folds from offset 0).
+    snapshot_records: int = 50_000
     workflow_spare_contexts: int = 2  # fresh contexts started ahead of need, per Version lately run
     workflow_always_replay: bool = False  # end a workflow context after every committed step (tests)
     # Lets a test Host run with settings DurableWorkflow 0.3.0 forbids (a short retention).
@@ -133,6 +137,7 @@ class Settings:
             "prune_interval_seconds": float(env.get("SUMI_PRUNE_INTERVAL_SECONDS", "60")),
             "queue_settled_window": _int(env, "SUMI_QUEUE_SETTLED_WINDOW", 100_000),
             "queue_body_budget_bytes": _int(env, "SUMI_QUEUE_BODY_BUDGET_BYTES", 64 << 20),
+            "snapshot_records": _int(env, "SUMI_SNAPSHOT_RECORDS", 50_000),
             "workflow_spare_contexts": _int(env, "SUMI_WORKFLOW_SPARE_CONTEXTS", 2),
             "workflow_always_replay": env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
             "nonconformant_test_settings": env.get("SUMI_NONCONFORMANT_TEST_SETTINGS", "") == "1",
@@ -184,6 +189,7 @@ class Settings:
             "SUMI_PRUNE_INTERVAL_SECONDS": str(self.prune_interval_seconds),
             "SUMI_QUEUE_SETTLED_WINDOW": str(self.queue_settled_window),
             "SUMI_QUEUE_BODY_BUDGET_BYTES": str(self.queue_body_budget_bytes),
+            "SUMI_SNAPSHOT_RECORDS": str(self.snapshot_records),
             "SUMI_WORKFLOW_SPARE_CONTEXTS": str(self.workflow_spare_contexts),
             "SUMI_WORKFLOW_ALWAYS_REPLAY": "1" if self.workflow_always_replay else "",
             "SUMI_NONCONFORMANT_TEST_SETTINGS": "1" if self.nonconformant_test_settings else "",

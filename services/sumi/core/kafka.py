@@ -267,14 +267,20 @@ async def read_to_end(
     tps: list[TopicPartition],
     on_message: Callable[[Any, bool], None],
     max_records: int = 5000,
+    starts: Mapping[TopicPartition, int] | None = None,
 ) -> dict[TopicPartition, int]:
-    """Catch up: `tps` from the beginning up to the end offsets found on entry.
+    """Catch up: `tps` from the beginning (or from `starts`, where given) up to the end offsets
+    found on entry.
 
     `on_message(message, before_end)` sees every record read, in order per partition; records
     past an end (written meanwhile) come with `before_end` False. Returns the ends."""
     consumer.assign(tps)
-    if tps:
-        await consumer.seek_to_beginning(*tps)
+    starts = starts or {}
+    from_start = [tp for tp in tps if tp not in starts]
+    if from_start:  # none named would seek every assigned partition
+        await consumer.seek_to_beginning(*from_start)
+    for tp, offset in starts.items():
+        consumer.seek(tp, offset)
     ends: dict[TopicPartition, int] = await consumer.end_offsets(tps) if tps else {}
     async for batch in batches(consumer, ends, max_records=max_records):
         for tp, messages in batch.items():

@@ -65,6 +65,15 @@ class Outbox:
         self._event = asyncio.Event()
         self.failed: BaseException | None = None
         self._last: asyncio.Future[None] | None = None
+        self._committing = False
+        # The last offset each (topic, partition) got from this outbox's commits: an engine's
+        # state is the fold of its log only once it has read past them (a snapshot's moment).
+        self.written: dict[tuple[str, int], int] = {}
+
+    @property
+    def busy(self) -> bool:
+        """Records put and not yet committed: the state holds decisions the log does not yet."""
+        return bool(self._items) or self._committing
 
     def put(self, outs: list[tuple[str, str, Any]]) -> "asyncio.Future[None]":
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -93,10 +102,15 @@ class Outbox:
             self._items, self._waiters = [], []
             producer = self.producers[self._turn]
             self._turn = (self._turn + 1) % len(self.producers)
+            self._committing = True
             try:
                 async with producer.transaction():
-                    for topic, key, record in items:
-                        await kafka.send(producer, topic, key, record, self.partitions)
+                    sent = [
+                        await kafka.send(producer, topic, key, record, self.partitions) for topic, key, record in items
+                    ]
+                for fut in sent:
+                    meta = await fut  # delivered: the commit waited for every record
+                    self.written[(meta.topic, meta.partition)] = meta.offset
             except BaseException as exc:
                 self.failed = exc
                 if not isinstance(exc, asyncio.CancelledError):  # a stop is not a failure
@@ -106,6 +120,8 @@ class Outbox:
                         fut.set_exception(RuntimeError(f"commit failed: {exc!r}"))
                         fut.exception()  # retrieved: whoever awaits it still sees it
                 raise
+            finally:
+                self._committing = False
             for fut in waiters:
                 if not fut.done():
                     fut.set_result(None)

@@ -6,7 +6,9 @@ milliseconds. JSON-valued fields carry documents (specs, Problems) that are
 opaque to the log's schema by design.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -424,6 +426,31 @@ class MetricsSnapshot:
     at: int
 
 
+# ---- engine snapshots (<prefix>.<engine>.snapshots, compacted; sumi.engines.snapshots) --------
+
+
+@dataclass(frozen=True)
+class SnapshotHeader:
+    engine: str
+    partition: int
+    snapshotId: str
+    covers: int
+    chunks: int
+    firstChunkOffset: int
+    entries: int
+    at: int
+
+
+@dataclass(frozen=True)
+class QueueSnapshotChunk:
+    snapshotId: str
+    index: int
+    # Avro records nested in a chunk stay dicts (QueueSlice, OpenBatch): a chunk is read once,
+    # column by column, by sumi.queue._snapshot and by nothing else.
+    queues: Sequence[dict[str, Any]]
+    batches: Sequence[dict[str, Any]]
+
+
 Record = (
     CommandSubmitted
     | ControlRecord
@@ -433,6 +460,8 @@ Record = (
     | RecordQuarantined
     | WorkerLogged
     | MetricsSnapshot
+    | SnapshotHeader
+    | QueueSnapshotChunk
 )
 
 RECORD_TYPES: dict[str, type] = {
@@ -473,5 +502,7 @@ RECORD_TYPES: dict[str, type] = {
         RecordQuarantined,
         WorkerLogged,
         MetricsSnapshot,
+        SnapshotHeader,
+        QueueSnapshotChunk,
     )
 }

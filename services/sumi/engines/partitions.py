@@ -12,6 +12,15 @@ log's partitions through a consumer group. For each partition it is given, a rep
 3. follows the partition from those ends, each offset folded once, and commits every
    decision about the partition's keys through the partition's own outbox.
 
+With snapshots (`sumi.engines.snapshots`), step 2 starts from the partition's latest snapshot
+and folds only the log after it. A snapshot is taken where the state is exactly the fold of
+the log before the offset it covers: right after a rebuild, and while following, at a moment
+when every decision folded has committed (no outbox busy) and the partition has been read
+past each offset those commits wrote. Before that moment the state holds decisions that lie
+in the log after records it has not read yet. A partition is snapshotted once enough records
+were folded since its last snapshot (`Settings.snapshot_records`, and at least half as many as
+that snapshot held, so the cost of writing them stays proportional to the log's growth).
+
 On revocation the owner stops its work there (the engine's `drain`: runtime contexts stopped
 and their ends committed) before it returns, which Kafka waits for before any replica is
 given the partitions; then its outboxes and producers go and its state is dropped. aiokafka
@@ -28,11 +37,13 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from sumi.core import allocator, kafka
+from sumi.core import allocator, ids, kafka
 from sumi.core.config import Settings
 from sumi.core.fencing import PartitionProducers
 from sumi.core.outbox import Outbox
+from sumi.core.records import Record
 from sumi.core.topics import partition_for
+from sumi.engines.snapshots import Snapshots
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +63,24 @@ class Owner(Protocol):
     def adopted(self) -> None:
         """The assigned partitions are folded and followed: take up their work."""
 
+    def capture(self, partition: int, snapshot_id: str) -> tuple[list[Record], int]:
+        """The state of one owned partition as snapshot chunks, and how many items it holds."""
+
+    def restore(self, partition: int, chunks: list[Record]) -> None:
+        """Put a snapshot of one partition into the (reset) state; raise if it is not one."""
+
 
 class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
-    def __init__(self, settings: Settings, name: str, topic: str, owner: Owner) -> None:
+    def __init__(self, settings: Settings, name: str, topic: str, owner: Owner, snapshots: str = "") -> None:
         self.settings = settings
         self.name = name
         self.topic = topic
         self.owner = owner
+        # `snapshots` names the engine's snapshot topic (<prefix>.<snapshots>.snapshots); "" = none.
+        self.snapshots = Snapshots(settings, snapshots) if snapshots and settings.snapshot_records > 0 else None
+        self.since: dict[int, int] = {}  # owned partition -> records folded since its snapshot
+        self.held: dict[int, int] = {}  # owned partition -> items its latest snapshot held
+        self.writing: dict[int, asyncio.Task[None]] = {}
         self.producers = PartitionProducers(settings, name, turns=2, linger_ms=0)
         self.outboxes: dict[int, Outbox] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
@@ -97,6 +119,7 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
             await self.owner.drain()
         except Exception:
             log.exception("%s: draining the revoked partitions", self.name)
+        await self._stop_writing()
         for p in list(self.outboxes):
             await self._close_outbox(p)
         await self.producers.assign([])
@@ -109,6 +132,9 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
             self.owner.reset()
             ends = await self._rebuild(tps)
             allocator.give_back()  # the fold's garbage, not the state it left
+            for tp in tps:  # the state is the fold of the log before `ends` now, exactly
+                if self._due(tp.partition):
+                    self._snapshot(tp.partition, ends[tp])
         except BaseException as exc:
             # aiokafka only logs a listener's failure; deciding on a partial fold must not happen.
             log.exception("%s: taking over %s failed", self.name, [tp.partition for tp in tps])
@@ -128,9 +154,92 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
         reader = kafka.new_consumer(self.settings, max_partition_fetch_bytes=4 << 20)
         await reader.start()
         try:
-            return await kafka.read_to_end(reader, tps, lambda m, before: self.owner.fold(m, True))
+            starts = await self._restore(reader, tps)
+            self.since = {tp.partition: 0 for tp in tps}
+
+            def fold(m: Any, before_end: bool) -> None:
+                if before_end:  # past the end is the follower's, from the ends on
+                    self.since[m.partition] += 1
+                    self.owner.fold(m, True)
+
+            return await kafka.read_to_end(reader, tps, fold, starts=starts)
         finally:
             await reader.stop()
+
+    async def _restore(self, reader: AIOKafkaConsumer, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Each partition's latest snapshot into the state; where to fold the log from."""
+        self.held = {}
+        if self.snapshots is None or not tps:
+            return {}
+        if self.snapshots.producer is None:
+            await self.snapshots.start()
+        reader.assign(tps)
+        ends = await reader.end_offsets(tps)
+        starts: dict[TopicPartition, int] = {}
+        for tp in tps:
+            snapshot = await self.snapshots.latest(tp.partition)
+            if snapshot is None:
+                continue
+            if snapshot.header.covers > ends[tp]:
+                log.warning("%s: the snapshot of partition %d is past its log's end", self.name, tp.partition)
+                continue
+            try:
+                self.owner.restore(tp.partition, snapshot.chunks)
+            except Exception:
+                log.exception("%s: restoring partition %d failed; folding every partition", self.name, tp.partition)
+                self.owner.reset()
+                self.held = {}
+                return {}
+            starts[tp] = snapshot.header.covers
+            self.held[tp.partition] = snapshot.header.entries
+        log.info("%s: restored %d snapshots, folding the log after them", self.name, len(starts))
+        return starts
+
+    # ---- snapshots -----------------------------------------------------------------------------
+
+    def _due(self, partition: int) -> bool:
+        need = max(self.settings.snapshot_records, self.held.get(partition, 0) // 2)
+        return self.snapshots is not None and partition not in self.writing and self.since.get(partition, 0) >= need
+
+    def _quiet(self, partition: int) -> bool:
+        """Whether the state is the fold of the partition's log up to where it has been read."""
+        if any(o.busy for o in self.outboxes.values()):
+            return False
+        written = max((o.written.get((self.topic, partition), -1) for o in self.outboxes.values()), default=-1)
+        return self.next.get(partition, -1) > written
+
+    def _snapshot(self, partition: int, covers: int) -> None:
+        assert self.snapshots is not None
+        snapshot_id = ids.new_ulid()
+        chunks, entries = self.owner.capture(partition, snapshot_id)  # now: the next fold changes it
+        self.since[partition] = 0
+        self.held[partition] = entries
+        task = asyncio.create_task(self._write(partition, covers, snapshot_id, chunks, entries))
+        self.writing[partition] = task
+        task.add_done_callback(lambda _: self.writing.pop(partition, None))
+
+    async def _write(self, partition: int, covers: int, snapshot_id: str, chunks: list[Record], entries: int) -> None:
+        assert self.snapshots is not None
+        try:
+            await self.snapshots.write(partition, covers, snapshot_id, chunks, entries)
+            log.info("%s: partition %d snapshot at %d (%d chunks)", self.name, partition, covers, len(chunks))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the next one is due as soon as enough is folded again
+            log.exception("%s: writing the snapshot of partition %d failed", self.name, partition)
+
+    def _snapshot_quiet(self) -> None:
+        for p in list(self.next):
+            if self._due(p) and self._quiet(p):
+                self._snapshot(p, self.next[p])
+
+    async def _stop_writing(self) -> None:
+        tasks = list(self.writing.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _run_outbox(self, outbox: Outbox) -> None:
         try:
@@ -164,15 +273,21 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
                         if at is None or m.offset < at:
                             continue  # not owned (any more), or folded already
                         self.next[tp.partition] = m.offset + 1
+                        self.since[tp.partition] = self.since.get(tp.partition, 0) + 1
                         self.owner.fold(m, False)
                         folded = True
                 if folded:
+                    if self.snapshots is not None:
+                        self._snapshot_quiet()  # before the batch's decisions change the state
                     after_batch()
         finally:
             failed.cancel()
         raise RuntimeError(f"{self.name}: a commit failed; the state is rebuilt from the log")
 
     async def close(self) -> None:
+        await self._stop_writing()
+        if self.snapshots is not None:
+            await self.snapshots.stop()
         for p in list(self.outboxes):
             task = self.tasks.pop(p)
             self.outboxes.pop(p)

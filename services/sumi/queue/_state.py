@@ -26,7 +26,7 @@ DEFAULT_BODY_BUDGET = 64 << 20  # sumi.core.config.Settings.queue_body_budget_by
 Location = tuple[int, int]  # (partition, offset) of a record on the queue topic
 
 
-@dataclass
+@dataclass(slots=True)  # a backlog holds millions: no __dict__ each
 class Message:
     id: str
     seq: int  # acceptance order within the queue's log
@@ -40,7 +40,7 @@ class Message:
     ready: bool = False  # its live index entry is in `ready` (else in `waiting`)
 
 
-@dataclass
+@dataclass(slots=True)
 class Batch:
     id: str
     queue_uid: str
@@ -143,6 +143,14 @@ class QueueState:
         self.next_seq += 1
         self.messages[m.id] = m
         self._index(m)
+
+    def restore(self, m: Message) -> None:
+        """A message as a snapshot left it (sumi.queue._snapshot): indexed unless in flight."""
+        self.messages[m.id] = m
+        if m.batch is None:
+            self._index(m)
+        if m.body is not None:
+            self.bodies.take(len(m.body))
 
     def _held(self, body: bytes, at: Location | None) -> bytes | None:
         if self.bodies.admit(len(body)):

@@ -46,6 +46,7 @@ from sumi.engines.partitions import Partitions
 from sumi.engines.runtimes import Runtimes
 from sumi.engines.worklogs import WorkerLogs
 from sumi.queue import _decide as d
+from sumi.queue import _snapshot as snapshot
 from sumi.queue._batching import pick_version, plan
 from sumi.queue._bodies import BodyReader
 from sumi.queue._contexts import ContextPool, Key
@@ -80,7 +81,7 @@ class Engine:
         self.reconciling: set[str] = set()
         self._restarting: asyncio.Future[None] | None = None
         self.wake = asyncio.Event()
-        self.partitions = Partitions(settings, "queue-engine", settings.topic("queue"), self)
+        self.partitions = Partitions(settings, "queue-engine", settings.topic("queue"), self, snapshots="queue")
         self.live = False
         self._last_sweep = 0
         self.runtimes = Runtimes()  # one per kind
@@ -363,6 +364,15 @@ class Engine:
                 await self.runtimes.restart()
                 await asyncio.wait(pending, timeout=DRAIN_S)
         self.contexts.retire(self.servable)  # nothing is servable here any more
+
+    def capture(self, partition: int, snapshot_id: str) -> tuple[list[r.Record], int]:
+        chunks, entries = snapshot.capture(self.state, lambda uid: self.partitions.of(uid) == partition, snapshot_id)
+        return list(chunks), entries
+
+    def restore(self, partition: int, chunks: list[r.Record]) -> None:
+        if not all(isinstance(c, r.QueueSnapshotChunk) for c in chunks):
+            raise ValueError("not a queue engine's snapshot")
+        snapshot.restore(self.state, partition, [c for c in chunks if isinstance(c, r.QueueSnapshotChunk)])
 
     def adopted(self) -> None:
         log.info("queue engine took over: %d queues, %d open batches", len(self.state.queues), len(self.state.batches))

@@ -1,0 +1,169 @@
+"""An engine's snapshots: the fold of each partition of its log, on a compacted topic.
+
+`<prefix>.<engine>.snapshots` has the log's partition count; the snapshot of log partition p
+lies in partition p. A snapshot is its chunks (the engine's own record type, keys
+`p<p>/<snapshotId>/<i>`), then a `SnapshotHeader` (key `p<p>`) naming them and the log offset
+it covers, then tombstones for the chunks of the snapshot before it. Compaction keeps the
+latest header and the chunks nobody tombstoned, so the partition stays about one snapshot big.
+
+Why it needs no transaction: a snapshot is the fold of a log prefix, which never changes, so
+it is right whoever writes it and whenever; the engine takes it only at a moment its state is
+that fold (sumi.engines.partitions). A writer that dies half-way leaves chunks and no header:
+the header before them still names a whole snapshot, and the next start tombstones the
+strays it finds after that header. Whatever cannot be read (a missing chunk, an unknown
+schema) means no snapshot: the engine folds the partition from its start, as without one.
+"""
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from sumi.core import codec, kafka
+from sumi.core.codec import Undecodable
+from sumi.core.config import Settings
+from sumi.core.records import Record, SnapshotHeader
+
+log = logging.getLogger(__name__)
+
+
+def header_key(partition: int) -> bytes:
+    return f"p{partition}".encode()
+
+
+def chunk_key(partition: int, snapshot_id: str, index: int) -> bytes:
+    return f"p{partition}/{snapshot_id}/{index}".encode()
+
+
+class Snapshot:
+    def __init__(self, header: SnapshotHeader, chunks: list[Record]) -> None:
+        self.header = header
+        self.chunks = chunks
+
+
+class Snapshots:
+    def __init__(self, settings: Settings, engine: str) -> None:
+        self.engine = engine
+        self.topic = settings.topic(f"{engine}.snapshots")
+        self.settings = settings
+        self.producer: AIOKafkaProducer | None = None
+        self.reader: AIOKafkaConsumer | None = None
+        self._read_lock = asyncio.Lock()
+        # Per partition: the chunk keys the next header supersedes (tombstoned after it).
+        self.superseded: dict[int, list[bytes]] = {}
+
+    async def start(self) -> None:
+        self.producer = kafka.new_producer(self.settings, linger_ms=5)
+        self.reader = kafka.new_consumer(self.settings, max_partition_fetch_bytes=4 << 20)
+        await self.producer.start()
+        await self.reader.start()
+
+    async def stop(self) -> None:
+        for client in (self.reader, self.producer):
+            if client is not None:
+                await client.stop()
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    async def latest(self, partition: int) -> Snapshot | None:
+        """The latest whole snapshot of the partition, or None (then fold from the start)."""
+        assert self.reader is not None
+        async with self._read_lock:
+            tp = TopicPartition(self.topic, partition)
+            self.reader.assign([tp])
+            begin = (await self.reader.beginning_offsets([tp]))[tp]
+            end = (await self.reader.end_offsets([tp]))[tp]
+            found = await self._last_header(tp, begin, end)
+            if found is None:
+                return None
+            header, at = found
+            records = await self._read(tp, max(begin, header.firstChunkOffset), end)
+        prefix = f"p{partition}/".encode()
+        mine = f"p{partition}/{header.snapshotId}/".encode()
+        chunks: dict[int, Record] = {}
+        strays: list[bytes] = []
+        for m in records:
+            if m.key is None or not m.key.startswith(prefix) or m.value is None:
+                continue
+            if m.key.startswith(mine) and m.offset < at:
+                try:
+                    chunks[int(m.key[len(mine) :])] = codec.decode(m.value)
+                except (Undecodable, ValueError) as exc:
+                    log.warning("%s snapshot %s: chunk %s unreadable: %s", self.engine, header.snapshotId, m.key, exc)
+                    return None
+            elif m.offset > at:
+                strays.append(m.key)  # a snapshot begun after this header and never finished
+        if sorted(chunks) != list(range(header.chunks)):
+            log.warning(
+                "%s snapshot %s of partition %d has %d of %d chunks: folding from the start",
+                self.engine,
+                header.snapshotId,
+                partition,
+                len(chunks),
+                header.chunks,
+            )
+            return None
+        self.superseded[partition] = [chunk_key(partition, header.snapshotId, i) for i in range(header.chunks)] + strays
+        return Snapshot(header, [chunks[i] for i in range(header.chunks)])
+
+    async def _last_header(self, tp: TopicPartition, begin: int, end: int) -> tuple[SnapshotHeader, int] | None:
+        # The header is the last record of a snapshot but for the tombstones after it: read
+        # backwards in growing windows until one holds a header.
+        hi, window = end, 64
+        while hi > begin:
+            lo = max(begin, hi - window)
+            best: tuple[SnapshotHeader, int] | None = None
+            for m in await self._read(tp, lo, hi):
+                if m.key == header_key(tp.partition) and m.value is not None:
+                    try:
+                        rec = codec.decode(m.value)
+                    except Undecodable as exc:
+                        log.warning("%s snapshot header at %d unreadable: %s", self.engine, m.offset, exc)
+                        continue
+                    if isinstance(rec, SnapshotHeader):
+                        best = (rec, m.offset)
+            if best is not None:
+                return best
+            hi, window = lo, window * 4
+        return None
+
+    async def _read(self, tp: TopicPartition, lo: int, hi: int) -> list[Any]:
+        assert self.reader is not None
+        out: list[Any] = []
+        if lo >= hi:
+            return out
+        self.reader.seek(tp, lo)
+        while await self.reader.position(tp) < hi:
+            batch = await self.reader.getmany(tp, timeout_ms=1000, max_records=5000)
+            out += [m for m in batch.get(tp, []) if m.offset < hi]
+        return out
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    async def write(
+        self, partition: int, covers: int, snapshot_id: str, chunks: list[Record], entries: int
+    ) -> SnapshotHeader:
+        """Chunks, then the header naming them, then tombstones for the snapshot they supersede."""
+        assert self.producer is not None
+        sent = [
+            await self.producer.send(
+                self.topic, codec.encode(c), key=chunk_key(partition, snapshot_id, i), partition=partition
+            )
+            for i, c in enumerate(chunks)
+        ]
+        metas = [await fut for fut in sent]
+        first = metas[0].offset if metas else -1
+        header = SnapshotHeader(
+            self.engine, partition, snapshot_id, covers, len(chunks), first, entries, int(time.time() * 1000)
+        )
+        await (
+            await self.producer.send(self.topic, codec.encode(header), key=header_key(partition), partition=partition)
+        )
+        old = self.superseded.get(partition, [])
+        for key in old:
+            await self.producer.send(self.topic, None, key=key, partition=partition)
+        await self.producer.flush()
+        self.superseded[partition] = [chunk_key(partition, snapshot_id, i) for i in range(len(chunks))]
+        return header

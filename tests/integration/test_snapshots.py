@@ -1,0 +1,182 @@
+"""The queue engine's snapshots on a real broker (issue 17, item 3).
+
+A Host whose queue engine snapshots a partition every 40 records: messages are sent, delivered,
+acknowledged and left pending; the snapshots it wrote, restored and followed by the log after
+them, equal the fold of each partition from offset 0. Then the engine is SIGKILLed and starts
+from them: the backlog it never held a body of is delivered byte for byte, nothing settled is
+delivered again, and new messages flow.
+"""
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from sumi.core import codec
+from sumi.core import records as r
+from sumi.core.topics import partition_for
+from sumi.engines.snapshots import Snapshots, chunk_key, header_key
+from sumi.queue._memory import BodyBudget
+from sumi.queue._snapshot import restore
+from sumi.queue._state import EngineState, evolve
+from tests.bench.bench_scale import restart
+from tests.conformance.kit import Api
+from tests.hostkit import Host, committed_log, new_settings, new_space, running_host
+from tests.integration.test_bounded_memory import HASHING_JS, fnv
+from tests.unit.queue.test_snapshot import view
+
+pytestmark = pytest.mark.integration
+
+EVERY = 40
+ACK_JS = "export default { async queue(batch) {} };"  # returning acknowledges the batch (QC-31)
+
+
+@pytest.fixture(scope="module")
+def host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
+    with running_host(new_settings(kafka_bootstrap, database_url, snapshot_records=EVERY)) as h:
+        yield h
+
+
+@pytest.fixture
+async def api(host: Host) -> AsyncIterator[Api]:
+    space = await new_space(host)
+    async with httpx.AsyncClient(base_url=host.url, timeout=60) as client:
+        yield Api(client, space)
+
+
+def state_of(host: Host) -> EngineState:
+    s = host.settings
+    return EngineState(settled_window=s.queue_settled_window, bodies=BodyBudget(s.queue_body_budget_bytes))
+
+
+async def partition_log(host: Host, partition: int) -> list[Any]:
+    """The committed records of one partition of the queue log, from offset 0."""
+    tp = TopicPartition(host.settings.topic("queue"), partition)
+    consumer = AIOKafkaConsumer(bootstrap_servers=host.settings.kafka_bootstrap, isolation_level="read_committed")
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        out: list[Any] = []
+        while await consumer.position(tp) < end:
+            out += (await consumer.getmany(tp, timeout_ms=1000)).get(tp, [])
+        return [m for m in out if m.offset < end]
+    finally:
+        await consumer.stop()
+
+
+def folded(host: Host, messages: list[Any], state: EngineState | None = None) -> EngineState:
+    state = state_of(host) if state is None else state
+    for m in messages:
+        evolve(state, codec.decode(m.value), (m.partition, m.offset))
+    return state
+
+
+async def test_a_snapshot_and_the_log_after_it_equal_the_fold_from_the_start(host: Host, api: Api) -> None:
+    # QC-21, QC-24, QC-31, QC-43: what a start from a snapshot holds is what a full fold holds
+    q, backlog = await api.queue(), await api.queue()
+    worker = await api.worker(ACK_JS)
+    await api.consumer(q, worker, maxBatchSize=10)
+    for i in range(8):
+        await api.send(q, *[f"m{i}-{j}" for j in range(25)])
+        await api.send(backlog, *[f"b{i}-{j}" for j in range(10)])
+    await api.until(q, timeout=120, acknowledged=200, inFlight=0)
+
+    snapshots = Snapshots(host.settings, "queue")
+    await snapshots.start()
+    try:
+        checked = 0
+        for p in {partition_for(q, host.settings.partitions), partition_for(backlog, host.settings.partitions)}:
+            snapshot = await snapshots.latest(p)
+            assert snapshot is not None, f"partition {p} has no snapshot after {EVERY}+ records"
+            log = await partition_log(host, p)
+            assert 0 < snapshot.header.covers <= len(log) + log[0].offset
+            tail = [m for m in log if m.offset >= snapshot.header.covers]
+            restored = state_of(host)
+            restore(restored, p, snapshot.chunks)  # type: ignore[arg-type]
+            assert view(folded(host, tail, restored)) == view(folded(host, log))
+            checked += 1
+        assert checked >= 1
+    finally:
+        await snapshots.stop()
+
+
+async def test_a_snapshot_missing_a_chunk_is_no_snapshot(host: Host) -> None:
+    # QC-43: a start never decides on a partial state; it folds the partition from offset 0
+    snapshots = Snapshots(host.settings, "queue-test")
+    await ensure_topic(host, snapshots.topic)
+    await snapshots.start()
+    try:
+        chunk = r.QueueSnapshotChunk("snap_a", 0, [], [])
+        await snapshots.write(0, 10, "snap_a", [chunk, r.QueueSnapshotChunk("snap_a", 1, [], [])], 0)
+        whole = await snapshots.latest(0)
+        assert whole is not None and whole.header.covers == 10 and len(whole.chunks) == 2
+        # The cleaner took a chunk of the latest snapshot away (a writer that tombstoned it late):
+        # its header names three chunks, two are there.
+        assert snapshots.producer is not None
+        for i in range(2):
+            value = codec.encode(r.QueueSnapshotChunk("snap_b", i, [], []))
+            await snapshots.producer.send_and_wait(snapshots.topic, value, key=chunk_key(0, "snap_b", i), partition=0)
+        header = r.SnapshotHeader("queue-test", 0, "snap_b", 20, 3, whole.header.firstChunkOffset + 3, 0, 0)
+        await snapshots.producer.send_and_wait(snapshots.topic, codec.encode(header), key=header_key(0), partition=0)
+        assert await snapshots.latest(0) is None
+    finally:
+        await snapshots.stop()
+
+
+async def ensure_topic(host: Host, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=host.settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        await admin.close()
+
+
+async def test_a_restarted_engine_starts_from_its_snapshots_and_loses_nothing(host: Host, api: Api) -> None:
+    # QC-21, QC-22, QC-24, QC-31, QC-43: bodies read back by offset, settled messages stay settled
+    q, backlog = await api.queue(), await api.queue()
+    bodies = {f"b{i:03d}-".encode() + bytes(range(i % 256)) for i in range(120)}
+    ids: dict[str, bytes] = {}
+    for chunk in [sorted(bodies)[i : i + 30] for i in range(0, 120, 30)]:
+        ids.update(zip(await api.send(backlog, *chunk), chunk, strict=True))
+    worker = await api.worker(ACK_JS)
+    await api.consumer(q, worker, maxBatchSize=10)
+    for i in range(4):
+        await api.send(q, *[f"m{i}-{j}" for j in range(25)])
+    await api.until(q, timeout=120, acknowledged=100, inFlight=0)
+    snapshots = Snapshots(host.settings, "queue")
+    await snapshots.start()
+    try:
+        deadline = time.monotonic() + 30
+        p = partition_for(backlog, host.settings.partitions)
+        while (snapshot := await snapshots.latest(p)) is None or snapshot.header.covers < len(ids):
+            assert time.monotonic() < deadline, "the backlog's partition was never snapshotted"
+            await asyncio.sleep(0.5)
+    finally:
+        await snapshots.stop()
+
+    restart(host, "queue")  # it starts from the snapshot, holding not one of the backlog's bodies
+    report = await api.queue()
+    reporter = await api.worker(HASHING_JS, bindings={"REPORT": report})
+    await api.consumer(backlog, reporter, maxBatchSize=10)
+    await api.send(q, *[f"after-{j}" for j in range(20)])
+    await api.until(backlog, timeout=180, acknowledged=120, inFlight=0, ready=0)
+    await api.until(q, timeout=120, acknowledged=120, inFlight=0)
+
+    seen = await api.reports(report, 120)
+    assert {s["id"]: (s["len"], s["fnv"]) for s in seen} == {mid: (len(b), fnv(b)) for mid, b in ids.items()}
+    acked = Counter(
+        mid
+        for rec in await committed_log(host, "queue")
+        if isinstance(rec, r.MessagesAcknowledged)
+        for mid in rec.messageIds
+    )
+    assert all(acked[mid] == 1 for mid in ids) and sum(acked.values()) == len(acked)

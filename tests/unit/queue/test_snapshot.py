@@ -1,0 +1,140 @@
+"""The queue engine's snapshots (issue 17, item 3): a snapshot of the fold of a log prefix,
+restored, then the tail folded on it, equals the fold of the whole log. Pure: no broker."""
+
+import random
+from typing import Any
+
+import pytest
+
+from sumi.core import codec
+from sumi.core import records as r
+from sumi.queue import _decide as d
+from sumi.queue._memory import BodyBudget
+from sumi.queue._snapshot import capture, restore
+from sumi.queue._state import EngineState, Location, evolve
+from tests.unit.queue.test_engine_core import T0, consumer, new_id
+
+WINDOW, BUDGET = 40, 2_000
+
+
+def fresh() -> EngineState:
+    return EngineState(settled_window=WINDOW, bodies=BodyBudget(BUDGET))
+
+
+def fold(records: list[tuple[r.Record, Location]], state: EngineState | None = None) -> EngineState:
+    state = fresh() if state is None else state
+    for rec, at in records:
+        evolve(state, rec, at)
+    return state
+
+
+def view(state: EngineState) -> dict[str, Any]:
+    """Everything a decision can read; the heaps by what they yield, not by their layout."""
+    queues = {}
+    for uid, q in sorted(state.queues.items()):
+        q.promote(T0 + 10**9)
+        queues[uid] = {
+            "head": (q.space, q.next_seq, q.purged),
+            "messages": [
+                (m.id, m.seq, m.accepted_at, m.visible_at, m.at, m.deliveries, m.batch) for m in q.messages.values()
+            ],
+            "ready": [m.id for m in q.peek_ready(10**6)],
+            "ready_count": q.ready_count,
+            "settled": list(q.settled.order),
+        }
+    batches = {
+        b.id: (b.queue_uid, b.consumer_uid, b.message_ids, b.attempts, b.version_uid, b.at, b.settled)
+        for b in state.batches.values()
+    }
+    return {"queues": queues, "batches": batches}
+
+
+def random_log(seed: int, steps: int = 300) -> list[tuple[r.Record, Location]]:
+    """A log as the gateway and an engine write it: sends, deliveries, acks, retries that run
+    out into a dead-letter queue, batches ended, a purge; each record at its own offset."""
+    rnd = random.Random(seed)
+    state, log = fresh(), []
+    c = consumer(max_batch_size=4, max_retries=1, dead_letter_queue="dlq", retry_delay_s=0)
+
+    def apply(records: list[r.Record]) -> None:
+        for rec in records:
+            at = (0, len(log))
+            log.append((rec, at))
+            evolve(state, rec, at)
+
+    for _ in range(steps):
+        roll = rnd.random()
+        if roll < 0.35:
+            queue = rnd.choice(["q", "q", "q", "other"])
+            apply([r.MessageAccepted(queue, "demo", new_id("msg"), rnd.randbytes(rnd.randint(0, 300)), T0, T0)])
+        elif roll < 0.55:
+            apply(d.deliver(state, c, lambda seed: "v1", T0, new_id).records)
+        elif roll < 0.9 and state.batches:
+            b = rnd.choice(list(state.batches.values()))
+            for mid in b.unsettled():
+                pick = rnd.random()
+                if pick < 0.5:
+                    apply(d.acknowledge(state, b.id, mid, T0))
+                elif pick < 0.8:
+                    apply(d.retry(state, c, b.id, mid, 0, T0, new_id))
+            if rnd.random() < 0.7:
+                apply(d.end_batch(state, c, b.id, rnd.choice(["returned", "threw", "stopped"]), T0, new_id))
+        elif roll < 0.92:
+            apply(d.purge(state, "other", T0))
+    return log
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_snapshot_and_the_tail_equal_the_whole_fold(seed: int) -> None:
+    # QC-21, QC-24, QC-33, QC-43: a start from a snapshot decides as a start from offset 0
+    log = random_log(seed)
+    whole = fold(log)
+    for cut in sorted({0, 1, len(log) // 3, len(log) // 2, len(log) - 1, len(log)}):
+        chunks, _ = capture(fold(log[:cut]), lambda uid: True, "snap_x", limit=600)
+        assert [c.index for c in chunks] == list(range(len(chunks)))
+        decoded = [codec.decode(codec.encode(c)) for c in chunks]  # as the topic gives them back
+        restored = fresh()
+        restore(restored, 0, decoded)  # type: ignore[arg-type]
+        assert view(fold(log[cut:], restored)) == view(whole), f"cut at {cut}"
+
+
+def test_a_restored_state_delivers_as_the_whole_fold_does() -> None:
+    # QC-21, QC-33: the next batches, their attempts and the dead letters are the same
+    log = random_log(7)
+    whole, cut = fold(log), len(log) // 2
+    restored = fresh()
+    chunks, _ = capture(fold(log[:cut]), lambda uid: True, "snap_y")
+    restore(restored, 0, chunks)
+    fold(log[cut:], restored)
+    c = consumer(max_batch_size=3, max_retries=1, dead_letter_queue="dlq")
+    for _ in range(5):
+        a = d.deliver(whole, c, lambda seed: "v1", T0, lambda p: "same").records
+        b = d.deliver(restored, c, lambda seed: "v1", T0, lambda p: "same").records
+        assert a == b
+        for rec in a:
+            evolve(whole, rec)
+            evolve(restored, rec)
+
+
+def test_a_big_queue_is_cut_into_chunks_in_acceptance_order() -> None:
+    state = fresh()
+    ids = [new_id("msg") for _ in range(500)]
+    for i, mid in enumerate(ids):
+        evolve(state, r.MessageAccepted("q", "demo", mid, b"x" * 10, T0, T0), (0, i))
+    chunks, entries = capture(state, lambda uid: True, "snap_z", limit=2_000)
+    assert entries == 500 and len(chunks) > 10
+    assert [mid for c in chunks for s in c.queues for mid in s["ids"]] == ids
+    assert all(body is None for c in chunks for s in c.queues for body in s["bodies"])  # the log has them
+
+
+def test_only_the_partitions_queues_are_captured() -> None:
+    state = fresh()
+    for i, queue in enumerate(["mine", "theirs"]):
+        evolve(state, r.MessageAccepted(queue, "demo", new_id("msg"), b"", T0, T0), (0, i))
+    chunks, _ = capture(state, lambda uid: uid == "mine", "snap_p")
+    assert [s["uid"] for c in chunks for s in c.queues] == ["mine"]
+
+
+def test_an_empty_state_is_one_empty_chunk() -> None:
+    chunks, entries = capture(fresh(), lambda uid: True, "snap_e")
+    assert entries == 0 and len(chunks) == 1 and not chunks[0].queues and not chunks[0].batches
