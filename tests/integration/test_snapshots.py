@@ -1,6 +1,6 @@
-"""The queue engine's snapshots on a real broker (issue 17, item 3).
+"""The engines' snapshots on a real broker (issue 17, item 3).
 
-A Host whose queue engine snapshots a partition every 40 records: messages are sent, delivered,
+A Host whose queue engine snapshots a partition every 15 records: messages are sent, delivered,
 acknowledged and left pending; the snapshots it wrote, restored and followed by the log after
 them, equal the fold of each partition from offset 0. Then the engine is SIGKILLed and starts
 from them: the backlog it never held a body of is delivered byte for byte, nothing settled is
@@ -9,6 +9,7 @@ delivered again, and new messages flow.
 
 import asyncio
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -20,20 +21,21 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from sumi.core import codec
 from sumi.core import records as r
-from sumi.core.topics import partition_for
+from sumi.core.topics import instance_key, partition_for
 from sumi.engines.snapshots import Snapshots, chunk_key, header_key
 from sumi.queue._memory import BodyBudget
 from sumi.queue._snapshot import restore
 from sumi.queue._state import EngineState, evolve
 from tests.bench.bench_scale import restart
-from tests.conformance.kit import Api
+from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, committed_log, new_settings, new_space, running_host
+from tests.httpkit import WORKFLOW
 from tests.integration.test_bounded_memory import HASHING_JS, fnv
 from tests.unit.queue.test_snapshot import view
 
 pytestmark = pytest.mark.integration
 
-EVERY = 40
+EVERY = 15
 ACK_JS = "export default { async queue(batch) {} };"  # returning acknowledges the batch (QC-31)
 
 
@@ -55,8 +57,9 @@ def state_of(host: Host) -> EngineState:
     return EngineState(settled_window=s.queue_settled_window, bodies=BodyBudget(s.queue_body_budget_bytes))
 
 
-async def partition_log(host: Host, partition: int) -> list[Any]:
-    """The committed records of one partition of the queue log, from offset 0."""
+async def partition_log(host: Host, partition: int) -> tuple[list[Any], int]:
+    """The committed records of one partition of the queue log, from offset 0, and its end
+    (commit markers take offsets too)."""
     tp = TopicPartition(host.settings.topic("queue"), partition)
     consumer = AIOKafkaConsumer(bootstrap_servers=host.settings.kafka_bootstrap, isolation_level="read_committed")
     await consumer.start()
@@ -67,7 +70,7 @@ async def partition_log(host: Host, partition: int) -> list[Any]:
         out: list[Any] = []
         while await consumer.position(tp) < end:
             out += (await consumer.getmany(tp, timeout_ms=1000)).get(tp, [])
-        return [m for m in out if m.offset < end]
+        return [m for m in out if m.offset < end], end
     finally:
         await consumer.stop()
 
@@ -96,8 +99,8 @@ async def test_a_snapshot_and_the_log_after_it_equal_the_fold_from_the_start(hos
         for p in {partition_for(q, host.settings.partitions), partition_for(backlog, host.settings.partitions)}:
             snapshot = await snapshots.latest(p)
             assert snapshot is not None, f"partition {p} has no snapshot after {EVERY}+ records"
-            log = await partition_log(host, p)
-            assert 0 < snapshot.header.covers <= len(log) + log[0].offset
+            log, end = await partition_log(host, p)
+            assert 0 < snapshot.header.covers <= end
             tail = [m for m in log if m.offset >= snapshot.header.covers]
             restored = state_of(host)
             restore(restored, p, snapshot.chunks)  # type: ignore[arg-type]
@@ -180,3 +183,64 @@ async def test_a_restarted_engine_starts_from_its_snapshots_and_loses_nothing(ho
         for mid in rec.messageIds
     )
     assert all(acked[mid] == 1 for mid in ids) and sum(acked.values()) == len(acked)
+
+
+FLOW = """
+export class Flow {
+  async run(event, step) {
+    const a = await step.do('a', async () => ({ n: event.params.n }));
+    const b = await step.do('b', async () => ({ n: a.n * 2 }));
+    if (event.params.wait) {
+      const e = await step.waitForEvent('w', { type: 'go', timeoutSeconds: 600 });
+      return { n: b.n, got: e.v };  // waitForEvent gives the payload
+    }
+    return { n: b.n };
+  }
+}
+"""
+
+
+async def test_a_restarted_workflow_engine_starts_from_its_snapshots(host: Host, api: Api) -> None:
+    # WF-21, WF-36, WF-43, WF-46: instances restored from a snapshot go on where they were
+    worker = await api.worker(source=FLOW, handlers=())
+    uid = await api.create(
+        f"wf-{uuid.uuid4().hex[:8]}", WORKFLOW, {"worker": {"resourceUid": worker}, "className": "Flow"}
+    )
+    flows = Flows(api, uid)
+    done = [await flows.started(id=f"done-{i}", params={"n": i}) for i in range(12)]
+    waiting = [await flows.started(id=f"wait-{i}", params={"n": i, "wait": True}) for i in range(6)]
+    for iid in done:
+        await flows.until(iid, "complete")
+    for iid in waiting:
+        await flows.until(iid, "waiting")
+    snapshots = Snapshots(host.settings, "workflow")
+    await snapshots.start()
+    try:
+        deadline = time.monotonic() + 30
+        parts = {partition_for(instance_key(uid, iid), host.settings.partitions) for iid in waiting}
+        while not all([await snapshots.latest(p) is not None for p in parts]):
+            assert time.monotonic() < deadline, "the waiting instances' partitions were never snapshotted"
+            await asyncio.sleep(0.5)
+    finally:
+        await snapshots.stop()
+
+    restart(host, "workflow")  # it restores the waiting instances from their snapshots
+    for i, iid in enumerate(waiting):  # a client retries a 503 while the engine comes back, same key
+        deadline = time.monotonic() + 60
+        while (resp := await flows.event(iid, {"type": "go", "payload": {"v": i}}, key=f"go-{iid}")).status_code == 503:
+            assert time.monotonic() < deadline, resp.text
+            await asyncio.sleep(1)
+        assert resp.status_code == 202, resp.text
+    later = await flows.started(id="later", params={"n": 50})
+    for i, iid in enumerate(waiting):
+        assert (await flows.until(iid, "complete"))["output"] == {"n": 2 * i, "got": i}
+    assert (await flows.until(later, "complete"))["output"] == {"n": 100}
+    for i, iid in enumerate(done):
+        assert (await flows.until(iid, "complete"))["output"] == {"n": 2 * i}
+    steps = Counter(
+        (rec.instanceId, rec.name)
+        for rec in await committed_log(host, "workflow")
+        if isinstance(rec, r.StepAttemptCommitted) and rec.workflowUid == uid and rec.final
+    )
+    assert set(steps.values()) == {1}  # nothing run again after the restart (WF-36)
+    assert len(steps) == 2 * len(done) + 3 * len(waiting) + 2

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -69,6 +69,9 @@ class Outbox:
         # The last offset each (topic, partition) got from this outbox's commits: an engine's
         # state is the fold of its log only once it has read past them (a snapshot's moment).
         self.written: dict[tuple[str, int], int] = {}
+        # Called after a commit that leaves nothing put: the engine's state holds no decision
+        # the log lacks (an engine that is its log's only writer snapshots then).
+        self.on_idle: Callable[[dict[tuple[str, int], int]], None] | None = None
 
     @property
     def busy(self) -> bool:
@@ -125,3 +128,5 @@ class Outbox:
             for fut in waiters:
                 if not fut.done():
                     fut.set_result(None)
+            if self.on_idle is not None and not self._items:
+                self.on_idle(self.written)

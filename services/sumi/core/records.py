@@ -451,6 +451,14 @@ class QueueSnapshotChunk:
     batches: Sequence[dict[str, Any]]
 
 
+@dataclass(frozen=True)
+class WorkflowSnapshotChunk:
+    snapshotId: str
+    index: int
+    instances: Sequence[dict[str, Any]]  # InstanceFold records, read by sumi.workflow._snapshot only
+    decided: Sequence[str]
+
+
 Record = (
     CommandSubmitted
     | ControlRecord
@@ -462,6 +470,7 @@ Record = (
     | MetricsSnapshot
     | SnapshotHeader
     | QueueSnapshotChunk
+    | WorkflowSnapshotChunk
 )
 
 RECORD_TYPES: dict[str, type] = {
@@ -504,5 +513,6 @@ RECORD_TYPES: dict[str, type] = {
         MetricsSnapshot,
         SnapshotHeader,
         QueueSnapshotChunk,
+        WorkflowSnapshotChunk,
     )
 }

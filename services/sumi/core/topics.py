@@ -76,9 +76,11 @@ def _specs(settings: Settings) -> list[TopicSpec]:
         # minutes, and any dirt makes it cleanable), and a tombstone stays a day, for readers
         # that are catching up.
         TopicSpec(settings.topic("workflow.keys"), KEY_TOPIC),
-        # The queue engine's snapshots (sumi.engines.snapshots): compacted to about one per
+        # The engines' snapshots (sumi.engines.snapshots): compacted to about one per
         # partition; a start reads the latest and folds only the queue log after it.
         TopicSpec(settings.topic("queue.snapshots"), {**KEY_TOPIC, "max.message.bytes": str(4 << 20)}),
+        # The workflow engine's, the same way: its documents sealed as on the instance log.
+        TopicSpec(settings.topic("workflow.snapshots"), {**KEY_TOPIC, "max.message.bytes": str(4 << 20)}),
         # The dead letters of the processors themselves: what they could not decode or apply.
         TopicSpec(settings.topic("quarantine"), {**forever, "max.message.bytes": str(QUARANTINE_RECORD_BYTES)}),
         # What workers print: read by `GET …/logs`, kept a week and at most 1 GiB per partition,

@@ -12,6 +12,10 @@ log's partitions through a consumer group. For each partition it is given, a rep
 3. follows the partition from those ends, each offset folded once, and commits every
    decision about the partition's keys through the partition's own outbox.
 
+Steps 2 and 3 begin in a task of their own, the partitions paused meanwhile: aiokafka sends
+no heartbeat while a rebalance callback runs, so a fold longer than the group's session inside
+it got the member dropped and the fold began again, for ever (seen at a million messages).
+
 With snapshots (`sumi.engines.snapshots`), step 2 starts from the partition's latest snapshot
 and folds only the log after it. A snapshot is taken where the state is exactly the fold of
 the log before the offset it covers: right after a rebuild, and while following, at a moment
@@ -81,6 +85,7 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
         self.since: dict[int, int] = {}  # owned partition -> records folded since its snapshot
         self.held: dict[int, int] = {}  # owned partition -> items its latest snapshot held
         self.writing: dict[int, asyncio.Task[None]] = {}
+        self.taking: asyncio.Task[None] | None = None  # folding the partitions just assigned
         self.producers = PartitionProducers(settings, name, turns=2, linger_ms=0)
         self.outboxes: dict[int, Outbox] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
@@ -112,6 +117,14 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
         return self.member
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        if self.taking is not None:  # revoked while still folding them: nothing was decided
+            self.taking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.taking
+            self.taking = None
+            await self._stop_writing()
+            await self.producers.assign([])
+            self.owner.reset()
         if not self.next:
             return
         self.next = {}  # nothing more is folded or delivered here
@@ -126,27 +139,45 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
         self.owner.reset()
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        # aiokafka sends no heartbeat while this callback runs, so a fold longer than the group's
+        # session (10 s) got the member dropped, and it folded again for ever: the fold runs in a
+        # task of its own, the partitions paused until it is done (as Kafka Streams restores).
         tps = sorted(assigned)
+        assert self.member is not None
         try:
             await self.producers.assign(tps)  # the fence, before the fold reads what it left
-            self.owner.reset()
+        except BaseException as exc:
+            log.exception("%s: fencing %s failed", self.name, [tp.partition for tp in tps])
+            self.failed.set()
+            raise exc
+        self.owner.reset()
+        if tps:
+            self.member.pause(*tps)
+            self.taking = asyncio.create_task(self._take_over(tps))
+
+    async def _take_over(self, tps: list[TopicPartition]) -> None:
+        assert self.member is not None
+        try:
             ends = await self._rebuild(tps)
             allocator.give_back()  # the fold's garbage, not the state it left
             for tp in tps:  # the state is the fold of the log before `ends` now, exactly
                 if self._due(tp.partition):
                     self._snapshot(tp.partition, ends[tp])
-        except BaseException as exc:
-            # aiokafka only logs a listener's failure; deciding on a partial fold must not happen.
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            # Deciding on a partial fold must not happen: the engine ends and starts afresh.
             log.exception("%s: taking over %s failed", self.name, [tp.partition for tp in tps])
             self.failed.set()
-            raise exc
-        assert self.member is not None
+            return
         for tp in tps:
             self.member.seek(tp, ends[tp])
             producers = self.producers.turns_of(tp.partition)
             self.outboxes[tp.partition] = outbox = Outbox(producers, self.settings.partitions)
             self.tasks[tp.partition] = asyncio.create_task(self._run_outbox(outbox))
         self.next = {tp.partition: ends[tp] for tp in tps}  # no await since the seeks: nothing slips past
+        self.member.resume(*tps)
+        self.taking = None
         log.info("%s owns partitions %s", self.name, sorted(self.next))
         self.owner.adopted()
 
@@ -188,7 +219,9 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
                 log.warning("%s: the snapshot of partition %d is past its log's end", self.name, tp.partition)
                 continue
             try:
-                self.owner.restore(tp.partition, snapshot.chunks)
+                for chunk in snapshot.chunks:  # a chunk at a time: the loop (heartbeats) goes on between
+                    self.owner.restore(tp.partition, [chunk])
+                    await asyncio.sleep(0)
             except Exception:
                 log.exception("%s: restoring partition %d failed; folding every partition", self.name, tp.partition)
                 self.owner.reset()
@@ -289,6 +322,10 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
         raise RuntimeError(f"{self.name}: a commit failed; the state is rebuilt from the log")
 
     async def close(self) -> None:
+        if self.taking is not None:
+            self.taking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.taking
         await self._stop_writing()
         if self.snapshots is not None:
             await self.snapshots.stop()

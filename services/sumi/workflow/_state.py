@@ -205,6 +205,11 @@ class Counts:
         per = self.per.get(workflow_uid, {})
         return {s: per.get(s, 0) for s in STATUSES}
 
+    def add(self, inst: Instance) -> None:
+        """An instance restored whole (from a snapshot): counted under its status."""
+        if _counted(inst) is not None:
+            self._move(inst.workflow_uid, None, _counted(inst))
+
     def fold(self, inst: Instance | None, rec: LogRecord) -> Instance | None:
         before = _counted(inst)  # read first: evolve changes the instance in place
         after = evolve(inst, rec)

@@ -60,6 +60,7 @@ from sumi.workflow import _decide as d
 from sumi.workflow import _keys
 from sumi.workflow import commands as c
 from sumi.workflow._bindings import Bindings
+from sumi.workflow._checkpoints import Checkpoints
 from sumi.workflow._control import WorkflowControl
 from sumi.workflow._intake import Intake
 from sumi.workflow._metrics import WorkflowMetrics
@@ -110,6 +111,7 @@ class Engine:
         # Terminates of instances with a live run, decided in `ended` once its stop is proven (WF-26).
         self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance, Answer]]] = {}
         self.intake = Intake(settings, self)
+        self.checkpoints = Checkpoints(settings, self)
         self.reported: set[str] = set()
         self.stopping_since: dict[str, int] = {}  # delete Operation -> when it first waited for a stop
         self.reconciling: set[str] = set()  # delete Operations reported `reconciling`
@@ -134,6 +136,7 @@ class Engine:
     def fold(self, key: str, rec: r.Record) -> None:
         if isinstance(rec, r.CommandDecided):
             self.intake.remember(rec.commandId)
+            self.checkpoints.remember(key, rec.commandId)
             return
         if isinstance(rec, r.InstancesPurged) or not isinstance(rec, r.WorkflowRecord):
             return  # the marker after the per-instance purges (WF-13); nothing else is on this log
@@ -152,6 +155,17 @@ class Engine:
                 if not keys:
                     del self.keys_of[inst.workflow_uid]
             return
+        self._index(key, inst)
+
+    def adopt(self, key: str, inst: Instance) -> None:
+        """An instance as a snapshot holds it (`_checkpoints`): in the table as if folded."""
+        self.counts.add(inst)
+        self._index(key, inst)
+
+    def remember(self, command_id: str) -> None:
+        self.intake.remember(command_id)
+
+    def _index(self, key: str, inst: Instance) -> None:
         self.instances[key] = inst
         self.keys_of.setdefault(inst.workflow_uid, set()).add(key)
         due = d.next_due(inst, self.limits)
@@ -503,6 +517,8 @@ class Engine:
             await admin.start()
             await kafka.read_to_end(keys_reader, keys_tps, self._fold_keys)
             await keys_reader.stop()  # the only writer of the keys as well
+            stack.push_async_callback(self.checkpoints.stop)
+            await self.checkpoints.start()
             await self._serve(producers, log_reader, log_tps, control_reader, control_tps, member, admin)
 
     def _transactional_ids(self) -> list[str]:
@@ -523,11 +539,14 @@ class Engine:
         commands = member.consumer
         try:
             await kafka.read_to_end(control_reader, control_tps, self._fold_control)
-            await kafka.read_to_end(log_reader, log_tps, self._fold_log)
+            starts = await self.checkpoints.restore(log_tps)  # the keys are folded: documents open
+            ends = await kafka.read_to_end(log_reader, log_tps, self._fold_log, starts=starts)
             await log_reader.stop()  # the only writer: every later record is folded when decided
             log.info("workflow engine rebuilt: %d instances", len(self.instances))
             allocator.give_back()  # the fold's garbage, not the state it left
             self.outbox = Outbox(producers, self.settings.partitions)
+            self.checkpoints.rebuilt(ends)
+            self.outbox.on_idle = self.checkpoints.idle
             now = self.now()
             self.runnable = {k for k, inst in self.instances.items() if d.needs_context(inst, now)}
             # A TaskGroup: one failure (a fenced producer above all) cancels every other loop at once.

@@ -103,6 +103,46 @@ SAMPLES = [
 ]
 
 
+SAMPLES.append(
+    r.WorkflowSnapshotChunk(
+        "snap_2",
+        0,
+        [
+            {
+                "key": "wf_1/inst-1",
+                "workflowUid": "wf_1",
+                "instanceId": "inst-1",
+                "space": "demo",
+                "params": '{"a":1}',
+                "createdAt": 20,
+                "status": "waiting",
+                "output": None,
+                "errorReason": None,
+                "errorMessage": None,
+                "owner": "tok_1",
+                "contexts": 2,
+                "versionUid": "res_v",
+                "completed": [
+                    {"name": "one", "kind": "do", "ok": True, "result": "1", "errorName": None, "errorMessage": None}
+                ],
+                "pendingNames": ["approval"],
+                "pendingKinds": ["wait"],
+                "configNames": ["one"],
+                "configs": ['{"retries":{"limit":0}}'],
+                "attemptNames": ["one"],
+                "attempts": [1],
+                "timer": {"kind": "wait", "name": "approval", "due": 99, "eventType": "approved", "attempt": 0},
+                "events": [{"sequence": 1, "type": "other", "payload": None, "size": 0}],
+                "eventsBytes": 0,
+                "nextSequence": 2,
+                "terminalAt": None,
+            }
+        ],
+        ["cmd_1"],
+    )
+)
+
+
 def test_every_schema_parses_and_has_a_record_type() -> None:
     names = {p.name.removesuffix(".avsc") for p in codec.schemas_dir().iterdir() if p.name.endswith(".avsc")}
     assert names == set(r.RECORD_TYPES)

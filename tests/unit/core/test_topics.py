@@ -12,5 +12,5 @@ def test_no_topic_asks_for_more_in_sync_replicas_than_it_has(replication: int, i
     # cluster's default; on three replicas a write survives the loss of one.
     settings = Settings(kafka_bootstrap="127.0.0.1:1", database_url="postgresql://nowhere", replication=replication)
     specs = topic_specs(settings)
-    assert len(specs) == 10  # with the log and metrics topics (issue 19) and the queue snapshots (issue 17)
+    assert len(specs) == 11  # with the log and metrics topics (issue 19) and the snapshots (issue 17)
     assert [t.config.get("min.insync.replicas") for t in specs] == [isr] * len(specs)

@@ -1,0 +1,152 @@
+"""When the workflow engine snapshots its instance log, and how a start restores from it.
+
+The engine is the only writer of the instance log and folds each record as it decides it, in
+the order its outbox commits them. So whenever the outbox has nothing put and uncommitted,
+the instance table is exactly the fold of each partition up to the last offset the outbox
+wrote there (or the end the rebuild found): a snapshot's moment, taken after a commit that
+leaves the outbox idle (`Outbox.on_idle`) and right after the rebuild. A partition is
+snapshotted once its log grew by `Settings.snapshot_records` records since its last snapshot
+(and by at least half as many as that snapshot held). Under a load that never lets the
+outbox go idle, none is taken until it does.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from typing import Protocol
+
+from aiokafka import TopicPartition
+
+from sumi.core import ids, sealing
+from sumi.core.config import Settings
+from sumi.core.records import Record, WorkflowSnapshotChunk
+from sumi.core.topics import partition_for
+from sumi.engines.snapshots import Snapshots
+from sumi.workflow import _snapshot as snapshot
+from sumi.workflow._intake import REMEMBERED_COMMANDS
+from sumi.workflow._state import Instance
+
+log = logging.getLogger("sumi.workflow")
+
+
+class Table(Protocol):
+    """What the checkpoints read and restore of the engine (so this module never imports it)."""
+
+    instances: dict[str, Instance]
+    ring: sealing.KeyRing
+
+    def adopt(self, key: str, inst: Instance) -> None: ...
+
+    def remember(self, command_id: str) -> None: ...
+
+
+class Checkpoints:
+    def __init__(self, settings: Settings, table: Table) -> None:
+        self.settings = settings
+        self.table = table
+        self.topic = settings.topic("workflow")
+        self.store = Snapshots(settings, "workflow") if settings.snapshot_records > 0 else None
+        self.covered: dict[int, int] = {}  # partition -> the offset the table is the fold up to, when idle
+        self.taken: dict[int, int] = {}  # partition -> what its latest snapshot covers
+        self.held: dict[int, int] = {}  # partition -> instances its latest snapshot held
+        # The latest decided command IDs of each partition: a command read again after a restart
+        # (its group offset not yet committed) is decided once, though its decision lies before
+        # the snapshot.
+        self.decided: dict[int, deque[str]] = {}
+        self.writing: dict[int, asyncio.Task[None]] = {}
+
+    async def start(self) -> None:
+        if self.store is not None:
+            await self.store.start()
+
+    async def stop(self) -> None:
+        tasks = list(self.writing.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.store is not None:
+            await self.store.stop()
+
+    def remember(self, key: str, command_id: str) -> None:
+        """A decision folded (the log's key `key`): kept for its partition's next snapshot."""
+        self.remember_in(partition_for(key, self.settings.partitions), command_id)
+
+    async def restore(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Each partition's latest snapshot into the table; where to fold the log from."""
+        starts: dict[TopicPartition, int] = {}
+        if self.store is None:
+            return starts
+        for tp in tps:
+            try:
+                got = await self.store.latest(tp.partition)
+                if got is None:
+                    continue
+                if not all(isinstance(c, WorkflowSnapshotChunk) for c in got.chunks):
+                    raise ValueError("not a workflow engine's snapshot")
+                chunks = [c for c in got.chunks if isinstance(c, WorkflowSnapshotChunk)]
+                instances, decided = snapshot.restore(chunks, self.table.ring)
+            except Exception:  # a snapshot only saves time: without one the fold starts at 0
+                log.exception("workflow engine: the snapshot of partition %d is not used", tp.partition)
+                continue
+            for key, inst in instances.items():
+                self.table.adopt(key, inst)
+            for command_id in decided:
+                self.table.remember(command_id)
+                self.remember_in(tp.partition, command_id)
+            starts[tp] = self.taken[tp.partition] = got.header.covers
+            self.held[tp.partition] = got.header.entries
+        log.info("workflow engine: restored %d snapshots, folding the log after them", len(starts))
+        return starts
+
+    def remember_in(self, partition: int, command_id: str) -> None:
+        kept = self.decided.setdefault(partition, deque(maxlen=REMEMBERED_COMMANDS // self.settings.partitions + 1))
+        kept.append(command_id)
+
+    def rebuilt(self, ends: dict[TopicPartition, int]) -> None:
+        """The rebuild read the log to these ends: the table is their fold now."""
+        self.covered = {tp.partition: end for tp, end in ends.items()}
+        self._take_due()
+
+    def idle(self, written: dict[tuple[str, int], int]) -> None:
+        """The outbox committed everything put so far (`written`: its last offset per partition)."""
+        for (topic, p), offset in written.items():
+            if topic == self.topic and offset + 1 > self.covered.get(p, 0):
+                self.covered[p] = offset + 1
+        self._take_due()
+
+    def _take_due(self) -> None:
+        if self.store is None:
+            return
+        for p, covers in self.covered.items():
+            need = max(self.settings.snapshot_records, self.held.get(p, 0) // 2)
+            if p in self.writing or covers - self.taken.get(p, 0) < need:
+                continue
+            self._take(p, covers)
+
+    def _take(self, partition: int, covers: int) -> None:
+        snapshot_id = ids.new_ulid()
+        n = self.settings.partitions
+        chunks, entries = snapshot.capture(
+            self.table.instances,
+            lambda key: partition_for(key, n) == partition,
+            self.table.ring,
+            list(self.decided.get(partition, ())),
+            snapshot_id,
+        )
+        self.taken[partition], self.held[partition] = covers, entries
+        task = asyncio.create_task(self._write(partition, covers, snapshot_id, list(chunks), entries))
+        self.writing[partition] = task
+        task.add_done_callback(lambda _: self.writing.pop(partition, None))
+
+    async def _write(self, partition: int, covers: int, snapshot_id: str, chunks: list[Record], entries: int) -> None:
+        assert self.store is not None
+        try:
+            await self.store.write(partition, covers, snapshot_id, chunks, entries)
+            log.info("workflow engine: partition %d snapshot at %d (%d chunks)", partition, covers, len(chunks))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the next one is due once the log has grown as much again
+            log.exception("workflow engine: writing the snapshot of partition %d failed", partition)
