@@ -313,9 +313,11 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
                         self.since[tp.partition] = self.since.get(tp.partition, 0) + 1
                         self.owner.fold(m, False)
                         folded = True
+                if self.snapshots is not None:
+                    # Before the batch's decisions change the state; on an empty poll too, so a
+                    # partition that went quiet while its last snapshot was written gets one.
+                    self._snapshot_quiet()
                 if folded:
-                    if self.snapshots is not None:
-                        self._snapshot_quiet()  # before the batch's decisions change the state
                     after_batch()
         finally:
             failed.cancel()
