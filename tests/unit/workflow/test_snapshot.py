@@ -55,7 +55,7 @@ def random_log(seed: int, n: int = 6, steps: int = 200) -> list[tuple[str, r.Rec
                         ok,
                         rnd.random() < 0.7,
                         at,
-                        result='{"r":%d}' % i if ok else None,
+                        result=f'{{"r":{i}}}' if ok else None,
                         errorName=None if ok else "Error",
                         errorMessage=None if ok else f"boom {i}",
                         config=rnd.choice([None, '{"retries":{"limit":2}}']),
