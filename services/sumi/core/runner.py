@@ -70,6 +70,7 @@ class TransactionalRunner:
         self.failed: BaseException | None = None
         self.folds = Folds()
         self.start: dict[TopicPartition, int] = {}  # where the last assignment set each partition
+        self.pending: list[TopicPartition] | None = None  # assigned, fenced, not folded yet
 
     async def run(self) -> None:
         kafka.shorten_txn_retry()  # a command's decision waits on this processor's commit
@@ -81,6 +82,8 @@ class TransactionalRunner:
             async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
                 if self.failed is not None:
                     raise RuntimeError("rebuilding state failed") from self.failed
+                if self.pending is not None:  # an assignment to fold, outside its callback
+                    await self._take_over(consumer, self.pending)
                 # aiokafka may hand out records fetched before or while the listener folded;
                 # deciding them would use the wrong state. Read on from where it set each partition.
                 if batch and self.folds.stale(epoch):
@@ -121,6 +124,23 @@ class TransactionalRunner:
             commits.append(self.producers.commit(tp, outs, offsets, self.group, valid))
         await asyncio.gather(*commits)
 
+    async def _take_over(self, consumer: AIOKafkaConsumer, assigned: list[TopicPartition]) -> None:
+        """Fold the changelog of partitions just assigned (fenced and paused by the listener),
+        then read their input from where it set them. Here, not in the listener: aiokafka sends
+        no heartbeat while a listener runs, so a fold longer than the session lost the group."""
+        self.pending = None
+        try:
+            async with self.folds.refold(self.producers):
+                await self.rebuild(tp.partition for tp in assigned)
+        except BaseException as exc:
+            self.failed = exc  # deciding on a partial fold must not happen
+            raise
+        for tp in assigned:
+            if tp in consumer.assignment() and tp in self.start:
+                consumer.seek(tp, self.start[tp])
+        consumer.resume(*[tp for tp in assigned if tp in consumer.assignment()])
+        self.ready.set()
+
     def fold(self, message: Any, before_end: bool = True) -> None:
         kafka.fold_or_skip(self.name, message, self.logic.fold)
 
@@ -154,9 +174,12 @@ class _Rebuild(ConsumerRebalanceListener):  # type: ignore[misc]
                 runner.logic.reset()
                 # Fenced first: the changelog and the offsets read after it hold the old owner's last commit.
                 runner.start = await runner.producers.fenced(self.consumer, assigned)
-                await runner.rebuild(tp.partition for tp in assigned)
         except BaseException as exc:
             # aiokafka only logs a listener's failure; deciding on a partial fold must not happen.
             runner.failed = exc
             raise
-        runner.ready.set()
+        tps = list(assigned)
+        if tps:  # nothing is decided until the run loop has folded their changelog
+            self.consumer.pause(*tps)
+            runner.folds.assigning = True
+        runner.pending = tps
