@@ -55,6 +55,18 @@ async def test_contexts_of_one_version_share_a_thread_and_nothing_else(rt: JsRun
     await asyncio.gather(*(ctx.stop() for ctx in ctxs))
 
 
+async def test_each_context_runs_its_own_source_whatever_the_thread_compiled_before(rt: JsRuntime) -> None:  # WF-32
+    # A thread keeps the code cache of the modules it compiled: a context whose module of the
+    # same name has other source must run that source, before and after the cache is made.
+    key = share()
+    for n in (1, 2, 1, 3):
+        ctx = await rt.start_context(js(js_queue(f"await batch.retryAll({n});")), "worker.js", share=key)
+        host = Host()
+        assert (await ctx.invoke_queue(batch(), ENV, host)).ok
+        assert host.calls == [("batch.retryAll", {"batchId": "batch-1", "delaySeconds": n})]
+        await ctx.stop()
+
+
 async def test_a_stopped_context_never_reaches_the_host_again(rt: JsRuntime) -> None:  # WF-26, WF-46
     key = share()
     host = Host()
