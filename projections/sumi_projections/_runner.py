@@ -176,11 +176,12 @@ class ProjectionRunner:
         self, conn: psycopg.AsyncConnection[Any], owned: Owned, batch: dict[TopicPartition, list[Any]], sink: Sink
     ) -> None:
         now = int(time.time() * 1000)
-        good, outs = self._decode(batch, now)
+        mine = {tp: ms for tp, ms in batch.items() if owned.owns(tp)}
+        good, outs = self._decode(mine, now)
         if not outs:
             if self.opener is not None:
                 await self._open(good)
-            moved = await self._pipelined(conn, owned, batch, good)
+            moved = await self._pipelined(conn, owned, mine, good)
             if moved is not None:
                 owned.committed(moved)
                 return
@@ -213,22 +214,24 @@ class ProjectionRunner:
         batch: dict[TopicPartition, list[Any]],
         good: dict[TopicPartition, list[tuple[Any, Any]]],
     ) -> dict[int, int] | None:
-        """The batch as one transaction in two round trips: the offsets rows' lock, then every
-        statement with the rows' move and the commit (psycopg's pipeline mode; a statement
-        per record and a round trip per statement were most of the projection's time and of a
-        create's answer). None, with nothing applied, when a record does not apply: the batch
-        is then taken one record at a time (`_one_by_one`), which quarantines it.
+        """The batch as one transaction in one round trip (psycopg's pipeline mode): the
+        offsets rows' claim, every statement, the rows' move and the commit are sent without
+        waiting for one another; a statement per record and a round trip per statement were
+        most of the projection's time and of a create's answer. None, with nothing applied,
+        when a partition's row moved on or a record does not apply: the batch then goes
+        through `_one_by_one`, which locks and compares in Python and quarantines.
 
         The transaction is begun and ended by hand: psycopg's transaction blocks sync the
         pipeline on entry and exit, a round trip each."""
+        if not batch:
+            return {}
         try:
             async with conn.pipeline() as pipe, conn.cursor() as cur:
                 await cur.execute("BEGIN")
                 try:
-                    mine = await owned.lock(cur, batch)  # first: no other replica applies these meanwhile
-                    mine_good = {tp: items for tp, items in good.items() if tp in mine}
-                    await self._apply_all(cur, mine_good)
-                    moved = {tp.partition: ms[-1].offset + 1 for tp, ms in batch.items() if tp in mine}
+                    await owned.claim(cur, batch)  # first: no other replica applies these meanwhile
+                    await self._apply_all(cur, good)
+                    moved = {tp.partition: ms[-1].offset + 1 for tp, ms in batch.items()}
                     await owned.move(cur, moved)
                     await cur.execute("COMMIT")
                     await pipe.sync()
@@ -239,6 +242,8 @@ class ProjectionRunner:
                     raise
         except _INFRASTRUCTURE:
             raise
+        except psycopg.errors.SerializationFailure:
+            return None  # a rebalance moved a partition on: `lock` finds which
         except Exception:
             log.warning("projection %s: a record of the batch does not apply; applying one by one", self.name)
             return None
