@@ -3,7 +3,8 @@
 Each polled batch is applied in one Postgres transaction together with the
 next offset of every partition it covers (projection_offsets), and on start
 the consumer seeks to those stored offsets: commits never outrun durable
-state, and a crash anywhere replays at most what was not yet committed.
+state, and a crash anywhere replays at most what was not yet committed. The transaction is
+sent in one round trip (psycopg's pipeline mode, `_pipelined`).
 Replicas of a projection share the partitions through a consumer group; the rows of
 projection_offsets, locked by each batch, prove that no two apply the same records
 (`_owned`). The audit assigns itself every partition.
