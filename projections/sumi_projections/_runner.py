@@ -278,8 +278,10 @@ class ProjectionRunner:
         sink: Sink,
         now: int,
     ) -> None:
-        """A batch holding a record that does not decode or apply: each such record is
-        quarantined, the rest applied, in one transaction with the offsets."""
+        """A batch the pipelined path gave back (a record that does not decode or apply, or a
+        partition that moved on), a round trip per statement: the partitions that moved on are
+        dropped (`lock`), each record that does not apply is quarantined, the rest applied, in
+        one transaction with the offsets."""
         async with conn.transaction():
             async with conn.cursor() as cur:
                 mine = await owned.lock(cur, batch)  # first: no other replica applies these meanwhile
