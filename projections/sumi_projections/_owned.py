@@ -35,6 +35,7 @@ _READ = (
     "SELECT partition, next_offset FROM projection_offsets WHERE projection = %s AND topic = %s AND partition = ANY(%s)"
 )
 _LOCK = _READ + " ORDER BY partition FOR UPDATE"
+_CLAIM = "SELECT projection_claim(%s, %s, %s, %s)"  # migrations/050_projection_claim.sql
 _MOVE = (
     "UPDATE projection_offsets AS t SET next_offset = u.o "
     "FROM unnest(%s::int[], %s::bigint[]) AS u(p, o) "
@@ -103,6 +104,17 @@ class Owned(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is unt
                 self.consumer.pause(tp)
                 self.unsynced.add(tp)
         return {tp for tp in wanted if tp.partition not in lost}
+
+    async def claim(self, cur: Cursor, tps: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """`lock` for a pipelined transaction: the same rows locked in the same order, but the
+        comparison runs in Postgres and a moved row fails the transaction (SerializationFailure)
+        rather than coming back, so nothing waits for it. The caller then rolls back and takes
+        the batch through `lock`, which sorts out the partitions that moved."""
+        wanted = sorted(tp for tp in tps if self.owns(tp))
+        if wanted:
+            parts = [tp.partition for tp in wanted]
+            await cur.execute(_CLAIM, (self.projection, self.topic, parts, [self.expected[p] for p in parts]))
+        return set(wanted)
 
     async def move(self, cur: Cursor, next_offsets: dict[int, int]) -> None:
         """Inside the same transaction: the rows past the records applied. `committed` follows

@@ -3,7 +3,8 @@
 Each polled batch is applied in one Postgres transaction together with the
 next offset of every partition it covers (projection_offsets), and on start
 the consumer seeks to those stored offsets: commits never outrun durable
-state, and a crash anywhere replays at most what was not yet committed.
+state, and a crash anywhere replays at most what was not yet committed. The transaction is
+sent in one round trip (psycopg's pipeline mode, `_pipelined`).
 Replicas of a projection share the partitions through a consumer group; the rows of
 projection_offsets, locked by each batch, prove that no two apply the same records
 (`_owned`). The audit assigns itself every partition.
@@ -16,6 +17,7 @@ is applied as usual.
 """
 
 import asyncio
+import contextlib
 import logging
 import sys
 import time
@@ -175,23 +177,118 @@ class ProjectionRunner:
         self, conn: psycopg.AsyncConnection[Any], owned: Owned, batch: dict[TopicPartition, list[Any]], sink: Sink
     ) -> None:
         now = int(time.time() * 1000)
+        mine = {tp: ms for tp, ms in batch.items() if owned.owns(tp)}
+        good, outs = self._decode(mine, now)
+        if not outs:
+            if self.opener is not None:
+                await self._open(good)
+            moved = await self._pipelined(conn, owned, mine, good)
+            if moved is not None:
+                owned.committed(moved)
+                return
+        await self._one_by_one(conn, owned, batch, sink, now)
+
+    def _decode(
+        self, batch: dict[TopicPartition, list[Any]], now: int
+    ) -> tuple[dict[TopicPartition, list[tuple[Any, Any]]], list[Out]]:
+        outs: list[Out] = []
+        good: dict[TopicPartition, list[tuple[Any, Any]]] = {}
+        for tp, messages in batch.items():
+            for m in messages:
+                record = kafka.decode(m.value)
+                if isinstance(record, kafka.Rejected):
+                    outs.append(self.quarantine.out(m, record, now))
+                else:
+                    good.setdefault(tp, []).append((record, m))
+        return good, outs
+
+    async def _open(self, good: dict[TopicPartition, list[tuple[Any, Any]]]) -> None:
+        assert self.opener is not None
+        for tp, items in good.items():
+            opened = await self.opener.open([rec for rec, _ in items])
+            good[tp] = [(rec, m) for rec, (_, m) in zip(opened, items, strict=True)]
+
+    async def _pipelined(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        owned: Owned,
+        batch: dict[TopicPartition, list[Any]],
+        good: dict[TopicPartition, list[tuple[Any, Any]]],
+    ) -> dict[int, int] | None:
+        """The batch as one transaction in one round trip (psycopg's pipeline mode): the
+        offsets rows' claim, every statement, the rows' move and the commit are sent without
+        waiting for one another; a statement per record and a round trip per statement were
+        most of the projection's time and of a create's answer. None, with nothing applied,
+        when a partition's row moved on or a record does not apply: the batch then goes
+        through `_one_by_one`, which locks and compares in Python and quarantines.
+
+        The transaction is begun and ended by hand: psycopg's transaction blocks sync the
+        pipeline on entry and exit, a round trip each."""
+        if not batch:
+            return {}
+        try:
+            async with conn.pipeline() as pipe, conn.cursor() as cur:
+                await cur.execute("BEGIN")
+                try:
+                    await owned.claim(cur, batch)  # first: no other replica applies these meanwhile
+                    await self._apply_all(cur, good)
+                    moved = {tp.partition: ms[-1].offset + 1 for tp, ms in batch.items()}
+                    await owned.move(cur, moved)
+                    await cur.execute("COMMIT")
+                    await pipe.sync()
+                except _INFRASTRUCTURE:
+                    raise
+                except Exception:
+                    await self._roll_back(pipe, cur)
+                    raise
+        except _INFRASTRUCTURE:
+            raise
+        except psycopg.errors.SerializationFailure:
+            return None  # a rebalance moved a partition on: `lock` finds which
+        except Exception:
+            log.warning("projection %s: a record of the batch does not apply; applying one by one", self.name)
+            return None
+        return moved
+
+    @staticmethod
+    async def _roll_back(pipe: psycopg.AsyncPipeline, cur: psycopg.AsyncCursor[Any]) -> None:
+        with contextlib.suppress(psycopg.Error):
+            await pipe.sync()  # whatever was queued has run (or been skipped after the error)
+        try:
+            await cur.execute("ROLLBACK")
+            await pipe.sync()
+        except psycopg.Error as exc:  # a connection that cannot roll back is replaced, not reused
+            raise psycopg.OperationalError(f"rollback failed: {exc}") from exc
+
+    async def _apply_all(
+        self, cur: psycopg.AsyncCursor[Any], good: dict[TopicPartition, list[tuple[Any, Any]]]
+    ) -> None:
+        for tp, items in good.items():
+            if self.apply_many is not None:
+                await self.apply_many(cur, [(rec, tp.partition, m.offset) for rec, m in items])
+            else:
+                for rec, m in items:
+                    await self.apply(cur, rec, tp.partition, m.offset)
+
+    async def _one_by_one(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        owned: Owned,
+        batch: dict[TopicPartition, list[Any]],
+        sink: Sink,
+        now: int,
+    ) -> None:
+        """A batch the pipelined path gave back (a record that does not decode or apply, or a
+        partition that moved on), a round trip per statement: the partitions that moved on are
+        dropped (`lock`), each record that does not apply is quarantined, the rest applied, in
+        one transaction with the offsets."""
         async with conn.transaction():
             async with conn.cursor() as cur:
                 mine = await owned.lock(cur, batch)  # first: no other replica applies these meanwhile
                 batch = {tp: ms for tp, ms in batch.items() if tp in mine}
-                outs: list[Out] = []
-                good: dict[TopicPartition, list[tuple[Any, Any]]] = {}
-                for tp, messages in batch.items():
-                    for m in messages:
-                        record = kafka.decode(m.value)
-                        if isinstance(record, kafka.Rejected):
-                            outs.append(self.quarantine.out(m, record, now))
-                        else:
-                            good.setdefault(tp, []).append((record, m))
+                good, outs = self._decode(batch, now)
                 if self.opener is not None:
-                    for tp, items in good.items():
-                        opened = await self.opener.open([rec for rec, _ in items])
-                        good[tp] = [(rec, m) for rec, (_, m) in zip(opened, items, strict=True)]
+                    await self._open(good)
                 outs += await self._apply(conn, cur, good, now)
                 if outs:  # durably set aside before the offsets below move past them
                     await sink.put(outs)
@@ -209,12 +306,7 @@ class ProjectionRunner:
         """Apply the batch's records; quarantine each one whose apply raises (found one by one)."""
         try:
             async with conn.transaction():  # a savepoint: a failure undoes this batch's rows only
-                for tp, items in good.items():
-                    if self.apply_many is not None:
-                        await self.apply_many(cur, [(rec, tp.partition, m.offset) for rec, m in items])
-                    else:
-                        for rec, m in items:
-                            await self.apply(cur, rec, tp.partition, m.offset)
+                await self._apply_all(cur, good)
             return []
         except _INFRASTRUCTURE:
             raise

@@ -1,5 +1,6 @@
 """Read models of the control log: Spaces, tokens, Resources, Operations, decisions."""
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -113,15 +114,48 @@ async def _operation_state(cur: Cursor, rec: r.OperationStateChanged) -> None:
     )
 
 
-async def _command_decided(cur: Cursor, rec: r.CommandDecided) -> None:
-    # The notification is delivered when this transaction commits, with the row and what the
-    # decision answers for: the gateway waiting on the command learns it then (gateway._decisions).
-    await cur.execute(
-        "WITH _ AS (INSERT INTO decisions (command_id, space, principal, kind, accepted, status, operation_id, "
-        "problem, result, decided_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-        "ON CONFLICT (command_id) DO NOTHING) "
-        "SELECT pg_notify('sumi_decided_' || current_schema(), %s)",
-        (
+# pg_notify refuses a payload of 8000 bytes or more: a larger decision is named by its ID, and
+# the gateway reads its row.
+NOTE_LIMIT = 8000
+
+# All of a batch's decisions in one statement. The notification of a decision this statement
+# inserted carries the decision itself (`n`), so the gateway answers without reading the row;
+# one whose command was decided before (a retry decided again) names the ID only, since only
+# the row holds the first decision. Delivered when this transaction commits, with the rows the
+# decision answers for (gateway._decisions).
+_DECIDED = (
+    "WITH u AS (SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::bool[], %b::int[], "
+    "%b::text[], %b::text[], %b::text[], %b::timestamptz[], %b::text[]) AS u(c, s, pr, k, a, st, o, p, r, d, n)), "
+    "i AS (INSERT INTO decisions (command_id, space, principal, kind, accepted, status, operation_id, problem, "
+    "result, decided_at) SELECT c, s, pr, k, a, st, o, p::json, r::json, d FROM u "
+    "ON CONFLICT (command_id) DO NOTHING RETURNING command_id) "
+    "SELECT pg_notify('sumi_decided_' || current_schema(), "
+    "COALESCE(CASE WHEN i.command_id IS NOT NULL THEN u.n END, u.c)) "
+    "FROM u LEFT JOIN i ON i.command_id = u.c"
+)
+
+
+def note(rec: r.CommandDecided) -> str | None:
+    """The decision as the gateway reads its row (`decisions` columns; the documents as the
+    JSON they are stored as), or None when it does not fit a notification."""
+    text = (
+        f'{{"command_id":{json.dumps(rec.commandId)},"accepted":{"true" if rec.accepted else "false"},'
+        f'"status":{int(rec.status)},"operation_id":{json.dumps(rec.operationId)},'
+        f'"problem":{rec.problem or "null"},"result":{rec.result or "null"}}}'
+    )
+    return text if len(text.encode()) < NOTE_LIMIT else None
+
+
+async def decided(cur: Cursor, recs: list[r.CommandDecided]) -> None:
+    """Decisions in log order; the first of a command ID is kept (also within `recs`)."""
+    first: dict[str, r.CommandDecided] = {}
+    for rec in recs:
+        first.setdefault(rec.commandId, rec)
+    if not first:
+        return
+    columns: tuple[list[Any], ...] = tuple([] for _ in range(11))
+    for rec in first.values():
+        row = (
             rec.commandId,
             rec.space,
             rec.principal,
@@ -132,9 +166,30 @@ async def _command_decided(cur: Cursor, rec: r.CommandDecided) -> None:
             rec.problem,
             rec.result,
             ts(rec.decidedAt),
-            rec.commandId,
-        ),
-    )
+            note(rec),
+        )
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+    await cur.execute(_DECIDED, columns)
+
+
+async def _command_decided(cur: Cursor, rec: r.CommandDecided) -> None:
+    await decided(cur, [rec])
+
+
+async def apply_many(cur: Cursor, records: list[tuple[Any, int, int]]) -> None:
+    """One partition's records in log order, each run of decisions as one statement. A run
+    ends at any other record, so a change's notification still precedes the decision of the
+    command that made it."""
+    run: list[r.CommandDecided] = []
+    for rec, partition, offset in records:
+        if isinstance(rec, r.CommandDecided):
+            run.append(rec)
+            continue
+        await decided(cur, run)
+        run = []
+        await apply(cur, rec, partition, offset)
+    await decided(cur, run)
 
 
 # What the gateways look up on every request: tokens, grants, Spaces, a Resource's UID and state.

@@ -100,30 +100,24 @@ async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
             (rec.batchId, offset, list(rec.messageIds), list(rec.attempts), offset),
         )
     elif isinstance(rec, r.MessageRetryScheduled):
-        await _count(
+        await _counted(
             cur,
+            "UPDATE queue_messages SET state = 'pending', visible_at = %s, attempts = %s, "
+            f"batch_id = NULL, last_offset = %s WHERE message_id = %s AND last_offset < %s AND {_LIVE}",
+            (ts(rec.visibleAt), rec.attempt, offset, rec.messageId, offset),
             rec.queueUid,
             "retried",
-            await _changed(
-                cur,
-                "UPDATE queue_messages SET state = 'pending', visible_at = %s, attempts = %s, "
-                f"batch_id = NULL, last_offset = %s WHERE message_id = %s AND last_offset < %s AND {_LIVE}",
-                (ts(rec.visibleAt), rec.attempt, offset, rec.messageId, offset),
-            ),
         )
     elif type(rec) in _SETTLED:
         state, counter = _SETTLED[type(rec)]
         ids = list(rec.messageIds) if isinstance(rec, r.MessagesAcknowledged) else [rec.messageId]
-        await _count(
+        await _counted(
             cur,
+            "UPDATE queue_messages SET state = %s, batch_id = NULL, last_offset = %s, settled_at = %s, "
+            f"body = ''::bytea WHERE message_id = ANY(%s) AND last_offset < %s AND {_LIVE}",
+            (state, offset, ts(rec.at), ids, offset),
             rec.queueUid,
             counter,
-            await _changed(
-                cur,
-                "UPDATE queue_messages SET state = %s, batch_id = NULL, last_offset = %s, settled_at = %s, "
-                f"body = ''::bytea WHERE message_id = ANY(%s) AND last_offset < %s AND {_LIVE}",
-                (state, offset, ts(rec.at), ids, offset),
-            ),
         )
     elif isinstance(rec, r.QueuePurged):
         # Deleting a queue deletes its messages (they are its data).
@@ -131,21 +125,19 @@ async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
         await cur.execute("DELETE FROM queue_counters WHERE queue_uid = %s", (rec.queueUid,))
 
 
-async def _changed(cur: Cursor, sql: str, params: tuple[Any, ...]) -> int:
-    await cur.execute(sql, params)
-    return cur.rowcount
+async def _counted(cur: Cursor, update: str, params: tuple[Any, ...], queue_uid: str, column: str) -> None:
+    # The rows the update changed are counted in the same statement: nothing comes back to
+    # Python, so the runner's pipeline sends it without waiting (cur.rowcount would not be
+    # known until the pipeline syncs).
+    await cur.execute(_COUNTER_SQL[column].format(update=update), (*params, queue_uid))
 
 
 _COUNTER_SQL = {
     column: (
-        f"INSERT INTO queue_counters (queue_uid, {column}) VALUES (%s, %s) "
+        "WITH c AS ({update} RETURNING 1) "
+        f"INSERT INTO queue_counters (queue_uid, {column}) SELECT %s, count(*) FROM c HAVING count(*) > 0 "
         f"ON CONFLICT (queue_uid) DO UPDATE SET {column} = queue_counters.{column} + "
         f"EXCLUDED.{column}"
     )
     for column in ("acknowledged", "retried", "dead_lettered", "discarded")
 }
-
-
-async def _count(cur: Cursor, queue_uid: str, column: str, n: int) -> None:
-    if n > 0:
-        await cur.execute(_COUNTER_SQL[column], (queue_uid, n))

@@ -54,22 +54,23 @@ _CREATE = (
     "JOIN i ON i.workflow_uid = u.w AND i.instance_id = u.i"
 )
 # Every other record of an instance: `k` more history rows; status, output and error take the
-# last value a record of the segment gave (a status change), else stay. `base` is the seq
-# before the segment; an instance whose row already holds these offsets is left out.
+# last value a record of the segment gave (a status change), else stay. An instance whose row
+# already holds these offsets is left out, and so are its history rows, numbered from the
+# row's seq before the segment. One statement: nothing comes back to Python, so the runner's
+# pipeline runs it without a round trip of its own.
 _ADVANCE = (
-    "UPDATE workflow_instances AS t SET history_seq = t.history_seq + u.k, last_offset = u.last_o, "
-    "updated_at = u.at, status = COALESCE(u.status, t.status), output = COALESCE(u.output::json, t.output), "
-    "error_reason = COALESCE(u.reason, t.error_reason), error_message = COALESCE(u.message, t.error_message) "
+    "WITH moved AS (UPDATE workflow_instances AS t SET history_seq = t.history_seq + u.k, "
+    "last_offset = u.last_o, updated_at = u.at, status = COALESCE(u.status, t.status), "
+    "output = COALESCE(u.output::json, t.output), error_reason = COALESCE(u.reason, t.error_reason), "
+    "error_message = COALESCE(u.message, t.error_message) "
     "FROM unnest(%b::text[], %b::text[], %b::int[], %b::bigint[], %b::bigint[], %b::timestamptz[], %b::text[], "
     "%b::text[], %b::text[], %b::text[]) AS u(w, i, k, first_o, last_o, at, status, output, reason, message) "
     "WHERE t.workflow_uid = u.w AND t.instance_id = u.i AND t.last_offset < u.first_o "
-    "RETURNING t.workflow_uid, t.instance_id, t.history_seq - u.k"
-)
-
-_HISTORY = (
+    "RETURNING t.workflow_uid AS w, t.instance_id AS i, t.history_seq - u.k AS base) "
     "INSERT INTO workflow_history (workflow_uid, instance_id, seq, type, at, data) "
-    "SELECT w, i, q, y, a, d::json FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[], "
-    "%b::timestamptz[], %b::text[]) AS u(w, i, q, y, a, d)"
+    "SELECT h.w, h.i, moved.base + h.n, h.y, h.a, h.d::json FROM unnest(%b::text[], %b::text[], %b::int[], "
+    "%b::text[], %b::timestamptz[], %b::text[]) AS h(w, i, n, y, a, d) "
+    "JOIN moved ON moved.w = h.w AND moved.i = h.i"
 )
 
 # WF-25: an instance's events that no step consumed lose their payloads when it ends. Done
@@ -163,9 +164,7 @@ async def _segment(cur: Cursor, items: list[tuple[Any, int, int]]) -> None:
         history = [(c.workflowUid, c.instanceId, ts(c.createdAt), _data(c)) for c, _ in creates]
         await cur.execute(_CREATE, (*_columns(rows, 5), *_columns(history, 4)))
     await _advance(cur, [(rec, o) for rec, _, o in items if isinstance(rec, HISTORY)])
-    for rec, partition, offset in items:
-        if isinstance(rec, r.CommandDecided):
-            await control.apply(cur, rec, partition, offset)
+    await control.decided(cur, [rec for rec, _, _ in items if isinstance(rec, r.CommandDecided)])
 
 
 async def _advance(cur: Cursor, items: list[tuple[Any, int]]) -> None:
@@ -175,17 +174,14 @@ async def _advance(cur: Cursor, items: list[tuple[Any, int]]) -> None:
     for rec, offset in items:
         per.setdefault((rec.workflowUid, rec.instanceId), []).append((rec, offset))
     rows = [_advanced(key, recs) for key, recs in per.items()]
-    await cur.execute(_ADVANCE, _columns(rows, 10))
-    bases = {(w, i): base for w, i, base in await cur.fetchall()}
     history = [
-        (w, i, bases[(w, i)] + n, type(rec).__name__, ts(rec.at), _data(rec))
+        (w, i, n, type(rec).__name__, ts(rec.at), _data(rec))
         for (w, i), recs in per.items()
-        if (w, i) in bases
         for n, (rec, _) in enumerate(recs, start=1)
     ]
-    if history:
-        await cur.execute(_HISTORY, _columns(history, 6))
-    ended = [key for key, recs in per.items() if key in bases and any(_terminal(rec) for rec, _ in recs)]
+    await cur.execute(_ADVANCE, (*_columns(rows, 10), *_columns(history, 6)))
+    # Stripping is idempotent: an instance left out above (applied before) is stripped again alike.
+    ended = [key for key, recs in per.items() if any(_terminal(rec) for rec, _ in recs)]
     if ended:
         await _strip_unmatched(cur, ended)
 

@@ -251,11 +251,17 @@ async def test_a_replica_whose_partition_moved_on_applies_none_of_its_records(
             await b.move(cur, {0: 3})
         b.committed({0: 3})
 
+        # The pipelined claim refuses them as a whole: nothing a sends after it would apply.
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            async with conns[0].transaction(), conns[0].cursor() as cur:
+                await a.claim(cur, [tp])
         async with conns[0].transaction(), conns[0].cursor() as cur:
             assert await a.lock(cur, [tp]) == set()  # a's records from 0 must not apply
         assert tp in a.unsynced and not a.owns(tp)
         await a.sync(conns[0])  # read again from the row: on from 3
         assert a.expected == {0: 3} and a.owns(tp)
+        async with conns[0].transaction(), conns[0].cursor() as cur:
+            assert await a.claim(cur, [tp]) == {tp}  # from the row it read again: a's to apply
         got = await consumers[0].getmany(tp, timeout_ms=5000)
         assert [m.offset for m in got[tp]][0] == 3
     finally:

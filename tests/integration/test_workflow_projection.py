@@ -1,6 +1,7 @@
 """The workflow read models on a real PostgreSQL: instances, history rows, counts per status,
 purges (WF-9, WF-13, WF-21, WF-47; host-api.md section 5)."""
 
+import dataclasses
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -118,3 +119,29 @@ async def test_decisions_reach_the_shared_table(cur: psycopg.AsyncCursor[Any]) -
     decided = r.CommandDecided("wfc_x", "demo", "alice", "instance.create", True, 201, T0, result='{"id":"a"}')
     await workflow.apply(cur, decided, 0, 0)
     assert await rows(cur, "SELECT command_id, status, result FROM decisions") == [("wfc_x", 201, {"id": "a"})]
+
+
+async def test_a_decision_comes_in_its_notification(cur: psycopg.AsyncCursor[Any], database_url: str) -> None:
+    # WF-19, QC-46: the notification carries the row the gateway would read; a retry decided
+    # again notifies its ID only (the row keeps the first decision), and so does a decision
+    # too large for a notification.
+    first = r.CommandDecided(
+        "wfc_x", "demo", "alice", "instance.create", True, 201, T0, result='{"id":"a","n":[1,2.5]}'
+    )
+    again = dataclasses.replace(first, accepted=False, status=409, result=None, problem='{"type":"x"}')
+    big = r.CommandDecided(
+        "wfc_big", "demo", "alice", "instance.create", True, 201, T0, result=json.dumps({"id": "x" * 9000})
+    )
+    schema = (await rows(cur, "SELECT current_schema()"))[0][0]
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as listener:
+        await listener.execute(f'LISTEN "sumi_decided_{schema}"')
+        await workflow.apply_many(cur, [(first, 0, 0), (again, 0, 1), (big, 0, 2)])
+        await workflow.apply(cur, again, 0, 3)
+        notes = [n.payload async for n in listener.notifies(timeout=5, stop_after=3)]
+    await cur.execute("SELECT command_id, accepted, status, operation_id, problem, result FROM decisions ORDER BY 1")
+    stored = {
+        row[0]: dict(zip([c.name for c in cur.description or ()], row, strict=True)) for row in await cur.fetchall()
+    }
+    whole = [json.loads(n) for n in notes if n.startswith("{")]
+    assert whole == [stored["wfc_x"]] and whole[0]["result"] == {"id": "a", "n": [1, 2.5]}
+    assert sorted(n for n in notes if not n.startswith("{")) == ["wfc_big", "wfc_x"]

@@ -1,9 +1,11 @@
 """Decisions pushed to the gateway: Postgres notifications, not polling (docs/decisions.md).
 The same connection hears the changes of the rows `_lookups` keeps.
 
-A projection that writes a `decisions` row also notifies `sumi_decided_<schema>` with
-the command ID, in the same transaction, so the notification arrives exactly when the
-row (and the read-model rows written with it) is visible. Each gateway listens on one
+A projection that writes a `decisions` row also notifies `sumi_decided_<schema>`, in the
+same transaction, so the notification arrives exactly when the row (and the read-model rows
+written with it) is visible. The notification carries the decision itself, so the answer
+needs no read; one too large for a notification, or the second decision of a command ID
+(the row keeps the first), names the command ID and the row is read. Each gateway listens on one
 connection of its own and resolves the requests it has waiting by command ID; any
 number of gateways listen side by side, each taking the IDs it waits for.
 
@@ -13,6 +15,7 @@ are lost: on every (re)connect the listener reads the rows of everything waiting
 """
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -93,7 +96,7 @@ class Decisions:
                         if note.channel == changes:
                             self.lookups.changed()
                         else:
-                            self._notify(note.payload.split(","))
+                            self._heard(note.payload)
             except asyncio.CancelledError:
                 raise
             except psycopg.Error as exc:
@@ -102,6 +105,20 @@ class Decisions:
             self.lookups.heard(False)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+    def _heard(self, payload: str) -> None:
+        # A decision the projection inserted comes whole (the row as `fetch` returns it): no
+        # read. One too large for a notification, or decided before, comes as its ID.
+        if payload.startswith("{"):
+            self._resolve([json.loads(payload)])
+        else:
+            self._notify(payload.split(","))
+
+    def _resolve(self, rows: list[Row]) -> None:
+        for row in rows:
+            for fut in list(self.waiting.get(row["command_id"], ())):
+                if not fut.done():
+                    fut.set_result(row)
 
     def _notify(self, command_ids: list[str]) -> None:
         wanted = [i for i in command_ids if i in self.waiting]
@@ -124,7 +141,4 @@ class Decisions:
                 await asyncio.sleep(0.1)
                 self._wake.set()
                 continue
-            for row in rows:
-                for fut in list(self.waiting.get(row["command_id"], ())):
-                    if not fut.done():
-                        fut.set_result(row)
+            self._resolve(rows)
