@@ -180,15 +180,14 @@ class Run:
             await c.seek_to_beginning(*tps)
             ends = await c.end_offsets(tps)
             out: list[Any] = []
-            while any(await c.position(tp) < ends[tp] for tp in tps):
+            idle = 0
+            while [tp for tp in tps if await c.position(tp) < ends[tp]]:
                 batch = await c.getmany(timeout_ms=500, max_records=20000)
                 for ms in batch.values():
                     out.extend(ms)
-                if not batch:
-                    # read_committed stops before an open transaction (LSO): the ends may be past it
-                    lso = await c.end_offsets(tps)  # (the last stable offset under read_committed)
-                    if all(await c.position(tp) >= lso[tp] for tp in tps):
-                        break
+                idle = 0 if batch else idle + 1
+                if idle >= 6:  # 3 s without a record: past the last stable offset (an open or aborted tail)
+                    break
             return out
         finally:
             await c.stop()
@@ -242,6 +241,14 @@ class Deliveries:
                 await self.task
             except asyncio.CancelledError:
                 pass
+
+
+def _crash(run: Run, name: str) -> str | None:
+    """The first reason faust gave for a crash of the worker `name`, if it crashed."""
+    for line in (run.dir / f"{name}.log").read_text(errors="replace").splitlines():
+        if "Crashed reason=" in line and "CancelledError" not in line:
+            return line.split("Crashed reason=", 1)[1][:160]
+    return None
 
 
 def queue_of(i: int) -> bytes:
@@ -364,6 +371,7 @@ async def kill(bootstrap: str, work: Path, standbys: int, preload: int, n: int, 
         await out.stop()
         return {
             "standby_replicas": standbys,
+            "a_crashed": _crash(run, "a"),
             "preloaded_pending": preload,
             "input_records": len(all_in),
             "rate_per_s": rate,
@@ -435,7 +443,7 @@ async def drain(bootstrap: str, work: Path, drain_s: float) -> dict[str, Any]:
         await asyncio.sleep(5)
         t_join = time.time()
         run.start("b")
-        owned = await run.wait_owned(["a", "b"], since=t_join)
+        await run.wait_event(lambda e: e["w"] == "b" and e["e"] == "assigned" and e["partitions"])
         await producing
         await out.until(6000)
         await asyncio.sleep(2)
@@ -452,7 +460,9 @@ async def drain(bootstrap: str, work: Path, drain_s: float) -> dict[str, Any]:
             "drain_s": drain_s,
             "a_revoke": [(e["e"], round(e["t"] - t_join, 2), e["partitions"]) for e in a_rev],
             "b_assigned_after_join_s": round(b_asg[0]["t"] - t_join, 2) if b_asg else None,
-            "b_owned": owned["b"],
+            "b_owned": b_asg[0]["partitions"] if b_asg else None,
+            "a_crashed": _crash(run, "a"),
+            "b_crashed": _crash(run, "b"),
             "b_assigned_after_a_drain_end": bool(b_asg) and b_asg[0]["t"] >= a_end,
             "b_first_record_after_a_drain_end": bool(b_first) and min(e["t"] for e in b_first) >= a_end,
             "drain_markers_written_read_uncommitted": sum(1 for m in uncommitted if m.key == b"__drain__"),
