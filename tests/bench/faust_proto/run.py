@@ -482,6 +482,7 @@ async def main() -> None:
     ap.add_argument("--work", default="")
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--replicas", default="1,2")
+    ap.add_argument("--sizes", default="100000,1000000")
     a = ap.parse_args()
     work = Path(a.work or tempfile.mkdtemp(prefix="faust-proto-"))
     figures: dict[str, Any] = {"cores": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
@@ -499,7 +500,9 @@ async def main() -> None:
         print(json.dumps(figures["kill"]), flush=True)
     if "rebuild" in todo:
         figures["rebuild"] = [
-            await rebuild(a.bootstrap, work, n, s) for n in (100_000, 1_000_000) for s in ("memory", "rocksdb")
+            await rebuild(a.bootstrap, work, n, s)
+            for n in [int(x) for x in a.sizes.split(",")]
+            for s in ("memory", "rocksdb")
         ]
         print(json.dumps(figures["rebuild"]), flush=True)
     figures["load_avg_at_end"] = os.getloadavg()
