@@ -483,6 +483,7 @@ async def main() -> None:
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--replicas", default="1,2")
     ap.add_argument("--sizes", default="100000,1000000")
+    ap.add_argument("--stores", default="memory,rocksdb")
     a = ap.parse_args()
     work = Path(a.work or tempfile.mkdtemp(prefix="faust-proto-"))
     figures: dict[str, Any] = {"cores": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
@@ -502,7 +503,7 @@ async def main() -> None:
         figures["rebuild"] = [
             await rebuild(a.bootstrap, work, n, s)
             for n in [int(x) for x in a.sizes.split(",")]
-            for s in ("memory", "rocksdb")
+            for s in a.stores.split(",")
         ]
         print(json.dumps(figures["rebuild"]), flush=True)
     figures["load_avg_at_end"] = os.getloadavg()
