@@ -1,7 +1,8 @@
 """Runs the prototype's scenarios against a broker and prints their figures as JSON.
 
     .venv-faust/bin/python -m tests.bench.faust_proto.run --bootstrap 127.0.0.1:PORT \
-        --scenario throughput|kill|rebuild|drain|all [--work DIR]
+        --scenario throughput|kill|rebuild|drain|all (comma-separated) [--work DIR]
+        [--n 20000] [--replicas 1,2] [--sizes 100000,1000000] [--stores memory,rocksdb]
 
 Workers are child processes of `tests.bench.faust_proto.app`, each app ID fresh per run (its
 topics, group and changelogs new). Records: key = queue, value = {"kind", "id"}.
