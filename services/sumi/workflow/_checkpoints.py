@@ -87,15 +87,19 @@ class Checkpoints:
                 if not all(isinstance(c, WorkflowSnapshotChunk) for c in got.chunks):
                     raise ValueError("not a workflow engine's snapshot")
                 chunks = [c for c in got.chunks if isinstance(c, WorkflowSnapshotChunk)]
-                instances, decided = snapshot.restore(chunks, self.table.ring)
+                restored = []
+                for chunk in chunks:  # a chunk at a time: the loop (heartbeats) goes on between
+                    restored.append(snapshot.restore([chunk], self.table.ring))
+                    await asyncio.sleep(0)
             except Exception:  # a snapshot only saves time: without one the fold starts at 0
                 log.exception("workflow engine: the snapshot of partition %d is not used", tp.partition)
                 continue
-            for key, inst in instances.items():
-                self.table.adopt(key, inst)
-            for command_id in decided:
-                self.table.remember(command_id)
-                self.remember_in(tp.partition, command_id)
+            for instances, decided in restored:
+                for key, inst in instances.items():
+                    self.table.adopt(key, inst)
+                for command_id in decided:
+                    self.table.remember(command_id)
+                    self.remember_in(tp.partition, command_id)
             starts[tp] = self.taken[tp.partition] = got.header.covers
             self.held[tp.partition] = got.header.entries
         log.info("workflow engine: restored %d snapshots, folding the log after them", len(starts))
@@ -118,13 +122,15 @@ class Checkpoints:
         self._take_due()
 
     def _take_due(self) -> None:
-        if self.store is None:
+        # One partition at a time: a capture holds the event loop (about 2 s for 33 k instances
+        # of 100 k here), and several at once could outlast the commands group's session.
+        if self.store is None or self.writing:
             return
         for p, covers in self.covered.items():
             need = max(self.settings.snapshot_records, self.held.get(p, 0) // 2)
-            if p in self.writing or covers - self.taken.get(p, 0) < need:
-                continue
-            self._take(p, covers)
+            if covers - self.taken.get(p, 0) >= need:
+                self._take(p, covers)
+                return
 
     def _take(self, partition: int, covers: int) -> None:
         snapshot_id = ids.new_ulid()
