@@ -84,7 +84,6 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
         self.snapshots = Snapshots(settings, snapshots) if snapshots and settings.snapshot_records > 0 else None
         self.since: dict[int, int] = {}  # owned partition -> records folded since its snapshot
         self.held: dict[int, int] = {}  # owned partition -> items its latest snapshot held
-        self.writing: dict[int, asyncio.Task[None]] = {}
         self.taking: asyncio.Task[None] | None = None  # folding the partitions just assigned
         self.producers = PartitionProducers(settings, name, turns=2, linger_ms=0)
         self.outboxes: dict[int, Outbox] = {}
@@ -236,7 +235,11 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
 
     def _due(self, partition: int) -> bool:
         need = max(self.settings.snapshot_records, self.held.get(partition, 0) // 2)
-        return self.snapshots is not None and partition not in self.writing and self.since.get(partition, 0) >= need
+        return (
+            self.snapshots is not None
+            and partition not in self.snapshots.writing
+            and self.since.get(partition, 0) >= need
+        )
 
     def _quiet(self, partition: int) -> bool:
         """Whether the state is the fold of the partition's log up to where it has been read."""
@@ -251,19 +254,7 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
         chunks, entries = self.owner.capture(partition, snapshot_id)  # now: the next fold changes it
         self.since[partition] = 0
         self.held[partition] = entries
-        task = asyncio.create_task(self._write(partition, covers, snapshot_id, chunks, entries))
-        self.writing[partition] = task
-        task.add_done_callback(lambda _: self.writing.pop(partition, None))
-
-    async def _write(self, partition: int, covers: int, snapshot_id: str, chunks: list[Record], entries: int) -> None:
-        assert self.snapshots is not None
-        try:
-            await self.snapshots.write(partition, covers, snapshot_id, chunks, entries)
-            log.info("%s: partition %d snapshot at %d (%d chunks)", self.name, partition, covers, len(chunks))
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the next one is due as soon as enough is folded again
-            log.exception("%s: writing the snapshot of partition %d failed", self.name, partition)
+        self.snapshots.write_soon(partition, covers, snapshot_id, chunks, entries)
 
     def _snapshot_quiet(self) -> None:
         for p in list(self.next):
@@ -271,12 +262,8 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
                 self._snapshot(p, self.next[p])
 
     async def _stop_writing(self) -> None:
-        tasks = list(self.writing.values())
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self.snapshots is not None:
+            await self.snapshots.stop_writing()
 
     async def _run_outbox(self, outbox: Outbox) -> None:
         try:

@@ -15,6 +15,7 @@ schema) means no snapshot: the engine folds the partition from its start, as wit
 """
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -53,6 +54,7 @@ class Snapshots:
         self._read_lock = asyncio.Lock()
         # Per partition: the chunk keys the next header supersedes (tombstoned after it).
         self.superseded: dict[int, list[bytes]] = {}
+        self.writing: dict[int, asyncio.Task[None]] = {}  # partition -> its snapshot being written
 
     async def start(self) -> None:
         self.producer = kafka.new_producer(self.settings, linger_ms=5)
@@ -61,6 +63,7 @@ class Snapshots:
         await self.reader.start()
 
     async def stop(self) -> None:
+        await self.stop_writing()
         for client in (self.reader, self.producer):
             if client is not None:
                 await client.stop()
@@ -167,3 +170,28 @@ class Snapshots:
         await self.producer.flush()
         self.superseded[partition] = [chunk_key(partition, snapshot_id, i) for i in range(len(chunks))]
         return header
+
+    def write_soon(self, partition: int, covers: int, snapshot_id: str, chunks: list[Record], entries: int) -> None:
+        """`write` in a task of its own (`writing` holds it until it ends); a failure is logged:
+        the next snapshot is due once enough is folded again."""
+
+        async def write() -> None:
+            try:
+                await self.write(partition, covers, snapshot_id, chunks, entries)
+                log.info("%s: partition %d snapshot at %d (%d chunks)", self.engine, partition, covers, len(chunks))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s: writing the snapshot of partition %d failed", self.engine, partition)
+
+        task = asyncio.create_task(write())
+        self.writing[partition] = task
+        task.add_done_callback(lambda _: self.writing.pop(partition, None))
+
+    async def stop_writing(self) -> None:
+        tasks = list(self.writing.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

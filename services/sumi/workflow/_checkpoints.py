@@ -11,7 +11,6 @@ outbox go idle, none is taken until it does.
 """
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from typing import Protocol
@@ -20,7 +19,7 @@ from aiokafka import TopicPartition
 
 from sumi.core import ids, sealing
 from sumi.core.config import Settings
-from sumi.core.records import Record, WorkflowSnapshotChunk
+from sumi.core.records import WorkflowSnapshotChunk
 from sumi.core.topics import partition_for
 from sumi.engines.snapshots import Snapshots
 from sumi.workflow import _snapshot as snapshot
@@ -54,19 +53,12 @@ class Checkpoints:
         # (its group offset not yet committed) is decided once, though its decision lies before
         # the snapshot.
         self.decided: dict[int, deque[str]] = {}
-        self.writing: dict[int, asyncio.Task[None]] = {}
 
     async def start(self) -> None:
         if self.store is not None:
             await self.store.start()
 
     async def stop(self) -> None:
-        tasks = list(self.writing.values())
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         if self.store is not None:
             await self.store.stop()
 
@@ -124,7 +116,7 @@ class Checkpoints:
     def _take_due(self) -> None:
         # One partition at a time: a capture holds the event loop (about 2 s for 33 k instances
         # of 100 k here), and several at once could outlast the commands group's session.
-        if self.store is None or self.writing:
+        if self.store is None or self.store.writing:
             return
         for p, covers in self.covered.items():
             need = max(self.settings.snapshot_records, self.held.get(p, 0) // 2)
@@ -143,16 +135,5 @@ class Checkpoints:
             snapshot_id,
         )
         self.taken[partition], self.held[partition] = covers, entries
-        task = asyncio.create_task(self._write(partition, covers, snapshot_id, list(chunks), entries))
-        self.writing[partition] = task
-        task.add_done_callback(lambda _: self.writing.pop(partition, None))
-
-    async def _write(self, partition: int, covers: int, snapshot_id: str, chunks: list[Record], entries: int) -> None:
         assert self.store is not None
-        try:
-            await self.store.write(partition, covers, snapshot_id, chunks, entries)
-            log.info("workflow engine: partition %d snapshot at %d (%d chunks)", partition, covers, len(chunks))
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the next one is due once the log has grown as much again
-            log.exception("workflow engine: writing the snapshot of partition %d failed", partition)
+        self.store.write_soon(partition, covers, snapshot_id, list(chunks), entries)
