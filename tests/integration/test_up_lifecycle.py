@@ -479,10 +479,25 @@ def test_sumi_serve_stopped_while_its_interpreter_still_imports_exits_cleanly(se
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
-    time.sleep(0.15)  # past the interpreter's own start, well inside the imports (about 0.6 s here)
+    # Before any Python code runs, no program can catch a signal; once the CLI's first line has put
+    # its handler in (the kernel shows it caught), the imports that follow take about 0.6 s more.
+    # A fixed sleep raced the interpreter's own start on a loaded CI machine (-15 seen).
+    _wait_until_it_catches(proc.pid, signal.SIGTERM)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=GONE_WITHIN)
     assert proc.returncode == 0 and b"Traceback" not in out, (proc.returncode, out.decode(errors="replace"))
+
+
+def _wait_until_it_catches(pid: int, sig: signal.Signals, within: float = 30.0) -> None:
+    mask = 1 << (sig - 1)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        status = Path(f"/proc/{pid}/status").read_text()
+        caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) & mask:
+            return
+        time.sleep(0.002)
+    raise AssertionError(f"process {pid} never put in a handler for {sig.name}")
 
 
 def _ready(url: str) -> bool:
