@@ -253,7 +253,10 @@ async def workflow_part(host: Host, users: Users, m: int) -> dict[str, Any]:
         out["pg_db_mb"], out["pg_schema_mb"] = (round(x, 1) for x in await pg_sizes(host))
         started = restart(host, "workflow")
         probe = f"{tag}-probe"
-        resp = await Flows(api, uid).create({"id": probe})
+        # While the new engine restores, a create may answer 503 backend_unavailable; a user
+        # retries it with the same Idempotency-Key (host-api.md), and so does the probe.
+        while (resp := await Flows(api, uid).create({"id": probe}, key=probe)).status_code == 503:
+            out["probe_503s"] = out.get("probe_503s", 0) + 1
         assert resp.status_code == 201, resp.text
         await completions.wait({probe}, timeout=300)
         out["restart_s"] = round(completions.done[probe] - started, 2)

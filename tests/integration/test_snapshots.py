@@ -4,7 +4,8 @@ A Host whose queue engine snapshots a partition every 15 records: messages are s
 acknowledged and left pending; the snapshots it wrote, restored and followed by the log after
 them, equal the fold of each partition from offset 0. Then the engine is SIGKILLed and starts
 from them: the backlog it never held a body of is delivered byte for byte, nothing settled is
-delivered again, and new messages flow.
+delivered again, and new messages flow. The hot window is 7 messages, so nearly every backlog
+here is the queue's cold tail (sumi.queue._cold), in the snapshots and after the restart.
 """
 
 import asyncio
@@ -36,12 +37,13 @@ from tests.unit.queue.test_snapshot import view
 pytestmark = pytest.mark.integration
 
 EVERY = 15
+HOT = 7
 ACK_JS = "export default { async queue(batch) {} };"  # returning acknowledges the batch (QC-31)
 
 
 @pytest.fixture(scope="module")
 def host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
-    with running_host(new_settings(kafka_bootstrap, database_url, snapshot_records=EVERY)) as h:
+    with running_host(new_settings(kafka_bootstrap, database_url, snapshot_records=EVERY, queue_hot_messages=HOT)) as h:
         yield h
 
 
@@ -54,7 +56,11 @@ async def api(host: Host) -> AsyncIterator[Api]:
 
 def state_of(host: Host) -> EngineState:
     s = host.settings
-    return EngineState(settled_window=s.queue_settled_window, bodies=BodyBudget(s.queue_body_budget_bytes))
+    return EngineState(
+        settled_window=s.queue_settled_window,
+        bodies=BodyBudget(s.queue_body_budget_bytes),
+        hot_messages=s.queue_hot_messages,
+    )
 
 
 async def partition_log(host: Host, partition: int) -> tuple[list[Any], int]:
@@ -104,7 +110,10 @@ async def test_a_snapshot_and_the_log_after_it_equal_the_fold_from_the_start(hos
             tail = [m for m in log if m.offset >= snapshot.header.covers]
             restored = state_of(host)
             restore(restored, p, snapshot.chunks)  # type: ignore[arg-type]
-            assert view(folded(host, tail, restored)) == view(folded(host, log))
+            whole = folded(host, log)
+            if p == partition_for(backlog, host.settings.partitions):
+                assert len(whole.queue(backlog).cold) == 80 - HOT  # the backlog past the window
+            assert view(folded(host, tail, restored)) == view(whole)  # (a view warms every row)
             checked += 1
         assert checked >= 1
     finally:

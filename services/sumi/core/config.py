@@ -56,9 +56,11 @@ class Settings:
     # The queue engine's bounded memory (docs/decisions.md, "The queue engine's memory is
     # bounded"): a re-sent append of a message is ignored while its ID is among the last this
     # many settled IDs of its queue; message bodies are held in RAM up to this many bytes, the
-    # rest read back from the queue log when delivered.
+    # rest read back from the queue log when delivered. Past this many pending messages a
+    # queue holds the rest of its backlog as compact columns (about 90 B each, no body).
     queue_settled_window: int = 100_000
     queue_body_budget_bytes: int = 64 << 20
+    queue_hot_messages: int = 10_000
     # An engine snapshots a partition of its log (sumi.engines.snapshots) once this many records
     # (and at least half as many as its last snapshot held) were folded since the last one; a
     # start then folds at most about that many. 0: never (every start folds from offset 0).
@@ -137,6 +139,7 @@ class Settings:
             "prune_interval_seconds": float(env.get("SUMI_PRUNE_INTERVAL_SECONDS", "60")),
             "queue_settled_window": _int(env, "SUMI_QUEUE_SETTLED_WINDOW", 100_000),
             "queue_body_budget_bytes": _int(env, "SUMI_QUEUE_BODY_BUDGET_BYTES", 64 << 20),
+            "queue_hot_messages": _int(env, "SUMI_QUEUE_HOT_MESSAGES", 10_000),
             "snapshot_records": _int(env, "SUMI_SNAPSHOT_RECORDS", 50_000),
             "workflow_spare_contexts": _int(env, "SUMI_WORKFLOW_SPARE_CONTEXTS", 2),
             "workflow_always_replay": env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
@@ -189,6 +192,7 @@ class Settings:
             "SUMI_PRUNE_INTERVAL_SECONDS": str(self.prune_interval_seconds),
             "SUMI_QUEUE_SETTLED_WINDOW": str(self.queue_settled_window),
             "SUMI_QUEUE_BODY_BUDGET_BYTES": str(self.queue_body_budget_bytes),
+            "SUMI_QUEUE_HOT_MESSAGES": str(self.queue_hot_messages),
             "SUMI_SNAPSHOT_RECORDS": str(self.snapshot_records),
             "SUMI_WORKFLOW_SPARE_CONTEXTS": str(self.workflow_spare_contexts),
             "SUMI_WORKFLOW_ALWAYS_REPLAY": "1" if self.workflow_always_replay else "",

@@ -36,7 +36,7 @@ did before KIP-429).
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -67,8 +67,9 @@ class Owner(Protocol):
     def adopted(self) -> None:
         """The assigned partitions are folded and followed: take up their work."""
 
-    def capture(self, partition: int, snapshot_id: str) -> tuple[list[Record], int]:
-        """The state of one owned partition as snapshot chunks, and how many items it holds."""
+    def capture(self, partition: int, snapshot_id: str) -> tuple[Iterable[Record], int]:
+        """The state of one owned partition as snapshot chunks, and how many items it holds
+        (the chunks may be made while they are written, but hold the state of now)."""
 
     def restore(self, partition: int, chunks: list[Record]) -> None:
         """Put a snapshot of one partition into the (reset) state; raise if it is not one."""

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -28,10 +29,21 @@ from sumi.core.config import Settings
 from sumi.core.records import Record, SnapshotHeader
 
 log = logging.getLogger(__name__)
+_IN_FLIGHT = 8  # chunks sent before their acks are awaited (each up to 512 KiB)
 
 
 def header_key(partition: int) -> bytes:
     return f"p{partition}".encode()
+
+
+async def _first_offset(sent: list["asyncio.Future[Any]"], first: int) -> int:
+    """Await the sends in flight (emptying `sent`); the offset of the snapshot's first chunk."""
+    for fut in sent:
+        meta = await fut
+        if first < 0:
+            first = meta.offset
+    sent.clear()
+    return first
 
 
 def chunk_key(partition: int, snapshot_id: str, index: int) -> bytes:
@@ -146,20 +158,26 @@ class Snapshots:
     # ---- writing -------------------------------------------------------------------------------
 
     async def write(
-        self, partition: int, covers: int, snapshot_id: str, chunks: list[Record], entries: int
+        self, partition: int, covers: int, snapshot_id: str, chunks: Iterable[Record], entries: int
     ) -> SnapshotHeader:
-        """Chunks, then the header naming them, then tombstones for the snapshot they supersede."""
+        """Chunks, then the header naming them, then tombstones for the snapshot they supersede.
+        The chunks are encoded as they are sent, a few in flight at a time: a big snapshot is
+        never in RAM whole."""
         assert self.producer is not None
-        sent = [
-            await self.producer.send(
-                self.topic, codec.encode(c), key=chunk_key(partition, snapshot_id, i), partition=partition
+        first, count = -1, 0
+        sent: list[asyncio.Future[Any]] = []
+        for i, c in enumerate(chunks):
+            sent.append(
+                await self.producer.send(
+                    self.topic, codec.encode(c), key=chunk_key(partition, snapshot_id, i), partition=partition
+                )
             )
-            for i, c in enumerate(chunks)
-        ]
-        metas = [await fut for fut in sent]
-        first = metas[0].offset if metas else -1
+            count = i + 1
+            if len(sent) >= _IN_FLIGHT:
+                first = await _first_offset(sent, first)
+        first = await _first_offset(sent, first)
         header = SnapshotHeader(
-            self.engine, partition, snapshot_id, covers, len(chunks), first, entries, int(time.time() * 1000)
+            self.engine, partition, snapshot_id, covers, count, first, entries, int(time.time() * 1000)
         )
         await (
             await self.producer.send(self.topic, codec.encode(header), key=header_key(partition), partition=partition)
@@ -168,17 +186,17 @@ class Snapshots:
         for key in old:
             await self.producer.send(self.topic, None, key=key, partition=partition)
         await self.producer.flush()
-        self.superseded[partition] = [chunk_key(partition, snapshot_id, i) for i in range(len(chunks))]
+        self.superseded[partition] = [chunk_key(partition, snapshot_id, i) for i in range(count)]
         return header
 
-    def write_soon(self, partition: int, covers: int, snapshot_id: str, chunks: list[Record], entries: int) -> None:
+    def write_soon(self, partition: int, covers: int, snapshot_id: str, chunks: Iterable[Record], entries: int) -> None:
         """`write` in a task of its own (`writing` holds it until it ends); a failure is logged:
         the next snapshot is due once enough is folded again."""
 
         async def write() -> None:
             try:
-                await self.write(partition, covers, snapshot_id, chunks, entries)
-                log.info("%s: partition %d snapshot at %d (%d chunks)", self.engine, partition, covers, len(chunks))
+                header = await self.write(partition, covers, snapshot_id, chunks, entries)
+                log.info("%s: partition %d snapshot at %d (%d chunks)", self.engine, partition, covers, header.chunks)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -195,12 +195,16 @@ def expire(state: EngineState, queue_uid: str, retention_s: int, now: int) -> Re
     if q is None:
         return []
     limit = now - retention_s * 1000
-    out: Records = []
-    for m in q.messages.values():
-        if m.accepted_at > limit:
+    # The hot window is not in acceptance order (it fills from the tail), and holds few.
+    out: Records = [
+        r.MessageDiscarded(queue_uid, m.id, "retention", now)
+        for m in q.messages.values()
+        if m.accepted_at <= limit and m.batch is None
+    ]
+    for mid, _, accepted_at, _, _ in q.cold.rows():
+        if accepted_at > limit:
             break
-        if m.batch is None:
-            out.append(r.MessageDiscarded(queue_uid, m.id, "retention", now))
+        out.append(r.MessageDiscarded(queue_uid, mid, "retention", now))
     return out
 
 

@@ -8,14 +8,17 @@ heaps are rebuilt from the messages, so their entries' epochs differ, never thei
 
 Bodies stay in the log: a restored message keeps only where its MessageAccepted lies, and its
 batch reads it back (`_bodies`), as for any body past the budget. A body the state holds with
-no place in the log (a fold without offsets) is kept in the chunk.
+no place in the log (a fold without offsets) is kept in the chunk. A queue's cold tail follows
+its hot window, as more rows of the same columns; a restore puts them back in the tail.
 """
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sumi.core.records import QueueSnapshotChunk
-from sumi.queue._state import Batch, EngineState, Message, QueueState
+from sumi.queue._cold import Frozen
+from sumi.queue._state import Batch, EngineState
 
 # A chunk is one Kafka record: well under the broker's default 1 MiB, whatever the IDs' lengths.
 CHUNK_BYTES = 512 << 10
@@ -26,6 +29,7 @@ class _Chunks:
     def __init__(self, snapshot_id: str, limit: int) -> None:
         self.snapshot_id = snapshot_id
         self.limit = limit
+        self.made = 0
         self.done: list[QueueSnapshotChunk] = []
         self.queues: list[dict[str, Any]] = []
         self.batches: list[dict[str, Any]] = []
@@ -35,10 +39,15 @@ class _Chunks:
         return self.size == 0 or self.size + size <= self.limit
 
     def cut(self) -> None:
-        self.done.append(QueueSnapshotChunk(self.snapshot_id, len(self.done), self.queues, self.batches))
+        self.done.append(QueueSnapshotChunk(self.snapshot_id, self.made, self.queues, self.batches))
+        self.made += 1
         self.queues, self.batches, self.size = [], [], 0
 
-    def slice_of(self, q: QueueState) -> dict[str, Any]:
+    def take(self) -> list[QueueSnapshotChunk]:
+        done, self.done = self.done, []
+        return done
+
+    def slice_of(self, q: "_Head") -> dict[str, Any]:
         s: dict[str, Any] = {
             "uid": q.uid,
             "space": q.space,
@@ -52,9 +61,19 @@ class _Chunks:
         return s
 
     def finish(self) -> list[QueueSnapshotChunk]:
-        if self.queues or self.batches or not self.done:
+        if self.queues or self.batches or not self.made:
             self.cut()
-        return self.done
+        return self.take()
+
+
+@dataclass(frozen=True)
+class _Head:
+    """What a queue's slice repeats in every chunk it spans."""
+
+    uid: str
+    space: str
+    next_seq: int
+    purged: bool
 
 
 _COLUMNS = ("ids", "seqs", "acceptedAt", "visibleAt", "offsets", "deliveries", "batches", "bodies")
@@ -62,36 +81,38 @@ _COLUMNS = ("ids", "seqs", "acceptedAt", "visibleAt", "offsets", "deliveries", "
 
 def capture(
     state: EngineState, mine: Callable[[str], bool], snapshot_id: str, limit: int = CHUNK_BYTES
-) -> tuple[list[QueueSnapshotChunk], int]:
-    """The chunks of the state of the queues `mine` picks, and how many items they hold."""
+) -> tuple[Iterable[QueueSnapshotChunk], int]:
+    """The chunks of the state of the queues `mine` picks, and how many items they hold.
+
+    What the hot windows, settled windows and batches hold is copied now; the cold tails
+    (`_cold`), up to millions of rows, are read as they were now while the chunks are
+    iterated (the writer's pace), so a snapshot never holds a backlog twice as objects."""
     chunks = _Chunks(snapshot_id, limit)
     entries = 0
+    colds: list[tuple[_Head, Frozen]] = []
     for q in state.queues.values():
         if not mine(q.uid):
             continue
-        s = chunks.slice_of(q)
-        for m in q.messages.values():  # insertion order is acceptance order
+        head = _Head(q.uid, q.space, q.next_seq, q.purged)
+        s = chunks.slice_of(head)
+        for m in q.messages.values():  # the hot window, in the order it was filled
             body = m.body if m.at is None else None
             size = len(m.id) + _PER_ITEM + (len(body) if body is not None else 0)
             if not chunks.room(size):
                 chunks.cut()
-                s = chunks.slice_of(q)
+                s = chunks.slice_of(head)
             chunks.size += size
-            s["ids"].append(m.id)
-            s["seqs"].append(m.seq)
-            s["acceptedAt"].append(m.accepted_at)
-            s["visibleAt"].append(m.visible_at)
-            s["offsets"].append(m.at[1] if m.at is not None else -1)
-            s["deliveries"].append(m.deliveries)
-            s["batches"].append(m.batch)
-            s["bodies"].append(body)
+            offset = m.at[1] if m.at is not None else -1
+            _put(s, m.id, m.seq, m.accepted_at, m.visible_at, offset, m.deliveries, m.batch, body)
         for mid in q.settled.order:
             if not chunks.room(len(mid) + 8):
                 chunks.cut()
-                s = chunks.slice_of(q)
+                s = chunks.slice_of(head)
             chunks.size += len(mid) + 8
             s["settled"].append(mid)
-        entries += len(q.messages) + len(q.settled)
+        entries += len(q.messages) + len(q.settled) + q.cold.count
+        if q.cold.count:
+            colds.append((head, q.cold.frozen()))
     for b in state.batches.values():
         if not mine(b.queue_uid):
             continue
@@ -113,7 +134,29 @@ def capture(
             }
         )
         entries += 1
-    return chunks.finish(), entries
+    if not colds:
+        return chunks.finish(), entries
+    return _with_cold(chunks, colds), entries
+
+
+def _put(s: dict[str, Any], *row: Any) -> None:
+    for column, value in zip(_COLUMNS, row, strict=True):
+        s[column].append(value)
+
+
+def _with_cold(chunks: _Chunks, colds: list[tuple[_Head, Frozen]]) -> Iterator[QueueSnapshotChunk]:
+    yield from chunks.take()
+    for head, rows in colds:
+        s = chunks.slice_of(head)
+        for mid, seq, accepted_at, visible_at, at in rows:
+            size = len(mid) + _PER_ITEM
+            if not chunks.room(size):
+                chunks.cut()
+                yield from chunks.take()
+                s = chunks.slice_of(head)
+            chunks.size += size
+            _put(s, mid, seq, accepted_at, visible_at, at[1], 0, None, None)
+    yield from chunks.finish()
 
 
 def restore(state: EngineState, partition: int, chunks: Sequence[QueueSnapshotChunk]) -> None:
@@ -142,6 +185,6 @@ def _restore_slice(state: EngineState, partition: int, s: dict[str, Any]) -> Non
     rows: Iterable[tuple[Any, ...]] = zip(*(s[c] for c in _COLUMNS), strict=True)
     for mid, seq, accepted_at, visible_at, offset, deliveries, batch, body in rows:
         at = (partition, offset) if offset >= 0 else None
-        q.restore(Message(mid, seq, accepted_at, body, visible_at, at=at, deliveries=deliveries, batch=batch))
+        q.restore(mid, seq, accepted_at, visible_at, at, deliveries, batch, body)
     for mid in s["settled"]:
         q.settled.add(mid)

@@ -13,16 +13,26 @@ keeps where its MessageAccepted lies in the log (partition, offset) and the engi
 body back when it delivers it. Which bodies are held depends on the order the engine folded
 its partitions in, so it may differ between a live engine and a rebuild; no decision
 depends on it (a decision that needs a body it lacks waits for it to be read back).
+
+A backlog past the queue's hot window (`hot` pending messages) is held as compact columns
+(`_cold.ColdTail`), oldest first, each row a ready message; `peek_ready` merges the tail's
+head into the ready index by sequence number, so the tail empties in acceptance order as
+batches take it. Only messages visible on acceptance and with a place in the log go there,
+and only while the window is full or the tail is not empty, so the tail is always the newest
+pending messages in acceptance order. A record naming a message of the tail (a discard, or a
+delivery decided before a restart) takes it from there.
 """
 
 import heapq
 from dataclasses import dataclass, field
 
 from sumi.core import records as r
+from sumi.queue._cold import ColdTail
 from sumi.queue._memory import BodyBudget, SettledWindow
 
 DEFAULT_SETTLED_WINDOW = 100_000  # sumi.core.config.Settings.queue_settled_window
 DEFAULT_BODY_BUDGET = 64 << 20  # sumi.core.config.Settings.queue_body_budget_bytes
+DEFAULT_HOT_MESSAGES = 10_000  # sumi.core.config.Settings.queue_hot_messages
 Location = tuple[int, int]  # (partition, offset) of a record on the queue topic
 
 
@@ -71,6 +81,9 @@ class QueueState:
     # earlier message under the same ID (a re-send after the window forgot it) never matches.
     last_epoch: int = 0
     purged: bool = False
+    hot: int = DEFAULT_HOT_MESSAGES  # pending messages held as objects; the rest are `cold`
+    hot_pending: int = 0
+    cold: ColdTail = field(default_factory=ColdTail)
 
     # ---- indexes -------------------------------------------------------------------------
 
@@ -100,11 +113,21 @@ class QueueState:
                 heapq.heappush(self.ready, (seq, mid, epoch))
 
     def peek_ready(self, n: int) -> list[Message]:
-        """The first n ready messages in acceptance order (promote first)."""
+        """The first n ready messages in acceptance order (promote first), the cold tail's
+        (all ready) merged in by sequence number: what it yields does not depend on where the
+        hot window ended, which differs between a live fold and a restored one."""
         out: list[Message] = []
         skipped: list[tuple[int, str, int]] = []
-        while self.ready and len(out) < n:
-            entry = heapq.heappop(self.ready)
+        while len(out) < n:
+            entry = self.ready[0] if self.ready else None
+            if self.cold.count and (entry is None or self.cold.head_seq < entry[0]):
+                row = self.cold.pop()
+                assert row is not None
+                self._warm(row, ready=True)
+                continue
+            if entry is None:
+                break
+            heapq.heappop(self.ready)
             m = self.messages.get(entry[1])
             if m is not None and m.epoch == entry[2] and m.ready:
                 out.append(m)
@@ -112,6 +135,9 @@ class QueueState:
         for entry in skipped:
             heapq.heappush(self.ready, entry)
         return out
+
+    def ready_total(self) -> int:
+        return self.ready_count + self.cold.count
 
     def next_due(self) -> int | None:
         while self.waiting:
@@ -122,12 +148,45 @@ class QueueState:
             heapq.heappop(self.waiting)
         return None
 
-    def oldest_pending(self) -> list[Message]:
-        """Pending messages in acceptance order (for retention)."""
-        return [m for m in self.messages.values() if m.batch is None]
-
     def in_flight(self) -> int:
-        return sum(1 for m in self.messages.values() if m.batch is not None)
+        return len(self.messages) - self.hot_pending
+
+    def pending(self) -> int:
+        return self.hot_pending + self.cold.count
+
+    def has_messages(self) -> bool:
+        return bool(self.messages) or bool(self.cold.count)
+
+    def _warm(self, row: tuple[str, int, int, int, Location], ready: bool = False) -> Message:
+        """A row of the cold tail as a hot message, pending (ready: straight into the ready index)."""
+        mid, seq, accepted_at, visible_at, at = row
+        m = Message(mid, seq, accepted_at, None, visible_at, at=at)
+        self.messages[mid] = m
+        self.hot_pending += 1
+        if ready:
+            self._new_epoch(m)
+            m.ready = True
+            self.ready_count += 1
+            heapq.heappush(self.ready, (seq, mid, m.epoch))
+        else:
+            self._index(m)
+        return m
+
+    def _hot_or_warmed(self, mid: str) -> Message | None:
+        m = self.messages.get(mid)
+        if m is None and self.cold.count:
+            row = self.cold.find(mid)
+            if row is not None:
+                m = self._warm(self.cold.take(row))
+        return m
+
+    def _goes_cold(self, seq: int, accepted_at: int, visible_at: int, at: Location | None) -> bool:
+        return (
+            at is not None
+            and visible_at == accepted_at
+            and (self.cold.count > 0 or self.hot_pending >= self.hot)
+            and seq > self.cold.last_seq
+        )
 
     # ---- transitions ---------------------------------------------------------------------
 
@@ -136,18 +195,40 @@ class QueueState:
         if known is not None:
             self._locate(known, at)
             return  # a re-sent append of the same message: the first one stands
-        if rec.messageId in self.settled or self.purged:
+        if rec.messageId in self.settled or self.purged or rec.messageId in self.cold:
             return
         self.space = rec.space
-        m = Message(rec.messageId, self.next_seq, rec.acceptedAt, self._held(rec.body, at), rec.visibleAt, at=at)
+        seq = self.next_seq
         self.next_seq += 1
+        if self._goes_cold(seq, rec.acceptedAt, rec.visibleAt, at):
+            assert at is not None
+            self.cold.append(rec.messageId, seq, rec.acceptedAt, at)
+            return
+        m = Message(rec.messageId, seq, rec.acceptedAt, self._held(rec.body, at), rec.visibleAt, at=at)
         self.messages[m.id] = m
+        self.hot_pending += 1
         self._index(m)
 
-    def restore(self, m: Message) -> None:
+    def restore(
+        self,
+        mid: str,
+        seq: int,
+        accepted_at: int,
+        visible_at: int,
+        at: Location | None,
+        deliveries: int,
+        batch: str | None,
+        body: bytes | None,
+    ) -> None:
         """A message as a snapshot left it (sumi.queue._snapshot): indexed unless in flight."""
+        if batch is None and not deliveries and body is None and self._goes_cold(seq, accepted_at, visible_at, at):
+            assert at is not None
+            self.cold.append(mid, seq, accepted_at, at)
+            return
+        m = Message(mid, seq, accepted_at, body, visible_at, at=at, deliveries=deliveries, batch=batch)
         self.messages[m.id] = m
         if m.batch is None:
+            self.hot_pending += 1
             self._index(m)
         if m.body is not None:
             self.bodies.take(len(m.body))
@@ -186,8 +267,10 @@ class QueueState:
 
     def deliver(self, batch_id: str, ids: tuple[str, ...], attempts: tuple[int, ...]) -> None:
         for mid, attempt in zip(ids, attempts, strict=True):
-            m = self.messages.get(mid)
+            m = self._hot_or_warmed(mid)
             if m is not None:
+                if m.batch is None:
+                    self.hot_pending -= 1
                 self._unindex(m)
                 m.batch = batch_id
                 m.deliveries = attempt
@@ -195,6 +278,8 @@ class QueueState:
     def reschedule(self, mid: str, visible_at: int) -> None:
         m = self.messages.get(mid)
         if m is not None:
+            if m.batch is not None:
+                self.hot_pending += 1
             self._unindex(m)
             m.batch = None
             m.visible_at = visible_at
@@ -205,8 +290,14 @@ class QueueState:
     def remove(self, mid: str) -> None:
         m = self.messages.pop(mid, None)
         if m is not None:
+            if m.batch is None:
+                self.hot_pending -= 1
             self._unindex(m)
             self._drop_body(m)
+        elif self.cold.count:
+            row = self.cold.find(mid)
+            if row is not None:
+                self.cold.take(row)
         self.settled.add(mid)
 
 
@@ -215,6 +306,7 @@ class EngineState:
     queues: dict[str, QueueState] = field(default_factory=dict)
     batches: dict[str, Batch] = field(default_factory=dict)  # open batches only
     settled_window: int = DEFAULT_SETTLED_WINDOW  # per queue
+    hot_messages: int = DEFAULT_HOT_MESSAGES  # per queue
     bodies: BodyBudget = field(default_factory=lambda: BodyBudget(DEFAULT_BODY_BUDGET))
 
     def queue(self, uid: str) -> QueueState:
@@ -224,7 +316,14 @@ class EngineState:
         return q
 
     def new_queue(self, uid: str, space: str = "", purged: bool = False) -> QueueState:
-        return QueueState(uid, space, settled=SettledWindow(self.settled_window), bodies=self.bodies, purged=purged)
+        return QueueState(
+            uid,
+            space,
+            settled=SettledWindow(self.settled_window),
+            bodies=self.bodies,
+            purged=purged,
+            hot=self.hot_messages,
+        )
 
     def open_batches(self, consumer_uid: str) -> list[Batch]:
         return [b for b in self.batches.values() if b.consumer_uid == consumer_uid]

@@ -28,6 +28,7 @@ Plumbing around the pure core (`_state`, `_decide`, `_batching`):
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -176,7 +177,7 @@ class Engine:
         while True:
             in_flight = sum(1 for b in self.state.batches.values() if b.consumer_uid == c.uid)
             p = plan(
-                q.ready_count,
+                q.ready_total(),
                 in_flight,
                 c.max_batch_size,
                 c.max_batch_timeout_s,
@@ -313,7 +314,7 @@ class Engine:
     def _sweep(self, now: int) -> None:
         for uid in list(self.state.queues):
             queue = self.control.queue(uid)
-            if queue is not None and self.state.queues[uid].messages:
+            if queue is not None and self.state.queues[uid].has_messages():
                 self.emit(d.expire(self.state, uid, int(queue.spec["retentionSeconds"]), now), uid)
 
     async def schedule(self) -> None:
@@ -343,7 +344,11 @@ class Engine:
 
     def _new_state(self) -> EngineState:
         budget = BodyBudget(self.settings.queue_body_budget_bytes)
-        return EngineState(settled_window=self.settings.queue_settled_window, bodies=budget)
+        return EngineState(
+            settled_window=self.settings.queue_settled_window,
+            hot_messages=self.settings.queue_hot_messages,
+            bodies=budget,
+        )
 
     def reset(self) -> None:
         self.state = self._new_state()
@@ -365,9 +370,8 @@ class Engine:
                 await asyncio.wait(pending, timeout=DRAIN_S)
         self.contexts.retire(self.servable)  # nothing is servable here any more
 
-    def capture(self, partition: int, snapshot_id: str) -> tuple[list[r.Record], int]:
-        chunks, entries = snapshot.capture(self.state, lambda uid: self.partitions.of(uid) == partition, snapshot_id)
-        return list(chunks), entries
+    def capture(self, partition: int, snapshot_id: str) -> tuple[Iterable[r.Record], int]:
+        return snapshot.capture(self.state, lambda uid: self.partitions.of(uid) == partition, snapshot_id)
 
     def restore(self, partition: int, chunks: list[r.Record]) -> None:
         if not all(isinstance(c, r.QueueSnapshotChunk) for c in chunks):

@@ -15,10 +15,18 @@ from sumi.queue._state import EngineState, Location, evolve
 from tests.unit.queue.test_engine_core import T0, consumer, new_id
 
 WINDOW, BUDGET = 40, 2_000
+HOT = {"messages": 10_000}
+
+
+@pytest.fixture(autouse=True, params=[10_000, 3], ids=["all-hot", "cold-tail"])
+def hot_window(request: pytest.FixtureRequest) -> None:
+    """Every test twice: with every pending message an object, and with a hot window of 3 (the
+    rest of the backlog in the cold tail, sumi.queue._cold)."""
+    HOT["messages"] = request.param
 
 
 def fresh() -> EngineState:
-    return EngineState(settled_window=WINDOW, bodies=BodyBudget(BUDGET))
+    return EngineState(settled_window=WINDOW, bodies=BodyBudget(BUDGET), hot_messages=HOT["messages"])
 
 
 def fold(records: list[tuple[r.Record, Location]], state: EngineState | None = None) -> EngineState:
@@ -35,9 +43,11 @@ def view(state: EngineState) -> dict[str, Any]:
         q.promote(T0 + 10**9)
         queues[uid] = {
             "head": (q.space, q.next_seq, q.purged),
-            "messages": [
-                (m.id, m.seq, m.accepted_at, m.visible_at, m.at, m.deliveries, m.batch) for m in q.messages.values()
-            ],
+            # Hot window and cold tail as one: where the window ends depends on the fold's history
+            "messages": sorted(
+                [(m.seq, m.id, m.accepted_at, m.visible_at, m.at, m.deliveries, m.batch) for m in q.messages.values()]
+                + [(seq, mid, acc, vis, at, 0, None) for mid, seq, acc, vis, at in q.cold.rows()]
+            ),
             "ready": [m.id for m in q.peek_ready(10**6)],
             "ready_count": q.ready_count,
             "settled": list(q.settled.order),
@@ -90,7 +100,8 @@ def test_a_snapshot_and_the_tail_equal_the_whole_fold(seed: int) -> None:
     log = random_log(seed)
     whole = fold(log)
     for cut in sorted({0, 1, len(log) // 3, len(log) // 2, len(log) - 1, len(log)}):
-        chunks, _ = capture(fold(log[:cut]), lambda uid: True, "snap_x", limit=600)
+        made, _ = capture(fold(log[:cut]), lambda uid: True, "snap_x", limit=600)
+        chunks = list(made)
         assert [c.index for c in chunks] == list(range(len(chunks)))
         decoded = [codec.decode(codec.encode(c)) for c in chunks]  # as the topic gives them back
         restored = fresh()
@@ -104,7 +115,7 @@ def test_a_restored_state_delivers_as_the_whole_fold_does() -> None:
     whole, cut = fold(log), len(log) // 2
     restored = fresh()
     chunks, _ = capture(fold(log[:cut]), lambda uid: True, "snap_y")
-    restore(restored, 0, chunks)
+    restore(restored, 0, list(chunks))
     fold(log[cut:], restored)
     c = consumer(max_batch_size=3, max_retries=1, dead_letter_queue="dlq")
     for _ in range(5):
@@ -121,7 +132,8 @@ def test_a_big_queue_is_cut_into_chunks_in_acceptance_order() -> None:
     ids = [new_id("msg") for _ in range(500)]
     for i, mid in enumerate(ids):
         evolve(state, r.MessageAccepted("q", "demo", mid, b"x" * 10, T0, T0), (0, i))
-    chunks, entries = capture(state, lambda uid: True, "snap_z", limit=2_000)
+    made, entries = capture(state, lambda uid: True, "snap_z", limit=2_000)
+    chunks = list(made)
     assert entries == 500 and len(chunks) > 10
     assert [mid for c in chunks for s in c.queues for mid in s["ids"]] == ids
     assert all(body is None for c in chunks for s in c.queues for body in s["bodies"])  # the log has them
@@ -136,5 +148,6 @@ def test_only_the_partitions_queues_are_captured() -> None:
 
 
 def test_an_empty_state_is_one_empty_chunk() -> None:
-    chunks, entries = capture(fresh(), lambda uid: True, "snap_e")
+    made, entries = capture(fresh(), lambda uid: True, "snap_e")
+    chunks = list(made)
     assert entries == 0 and len(chunks) == 1 and not chunks[0].queues and not chunks[0].batches

@@ -1,0 +1,255 @@
+"""A queue's backlog past its hot window, as compact columns (docs/decisions.md, "A backlog is columns").
+
+As Python objects a pending message costs about 600 B (its Message, its ID, its heap
+entries, its dict slot), so a backlog of a million does not fit a few hundred MB. Past a
+queue's hot window (`Settings.queue_hot_messages`) the state keeps each further pending
+message here instead: its ID's bytes and a few machine integers, under 100 B, no body (that
+stays in the log). Rows leave from the head in acceptance order as batches take them
+(`QueueState.peek_ready`); one leaves out of order only when the log says so (a retention
+discard, a delivery decided before a restart moved the window).
+
+Finding a row by its ID (a re-sent append, a discard) goes through an index of segments of
+`_SEGMENT` rows: the newest, still filling, is a dict from the ID's hash to its row; a full
+one is sealed into two arrays sorted by hash, searched by bisection (in C), so an ID costs
+about a microsecond per segment. Hashes are Python's, so
+they hold in this process only; nothing here is written anywhere.
+"""
+
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterator
+
+# A row as it leaves: (id, seq, acceptedAt, visibleAt, (partition, offset)); a row is visible
+# on acceptance, so visibleAt is acceptedAt.
+Row = tuple[str, int, int, int, tuple[int, int]]
+
+_COMPACT_AT = 1 << 16  # rows gone from the front before the columns are cut
+_SEGMENT = 1 << 16  # rows per index segment: sealing one sorts this many (tens of ms)
+
+
+class _Segment:
+    """The index of rows [lo, lo + n): by hash, to their row."""
+
+    __slots__ = ("lo", "n", "open", "keys", "rows")
+
+    def __init__(self, lo: int) -> None:
+        self.lo = lo
+        self.n = 0
+        self.open: dict[int, int] | None = {}  # hash -> its latest row, while filling
+        self.keys = array("q")  # sealed: hashes, sorted
+        self.rows = array("q")  # sealed: each key's row
+
+    @property
+    def hi(self) -> int:
+        return self.lo + self.n
+
+    def add(self, h: int, row: int) -> None:
+        assert self.open is not None
+        self.open[h] = row
+        self.n += 1
+        if self.n == _SEGMENT:
+            self._seal()
+
+    def _seal(self) -> None:
+        assert self.open is not None
+        keys = sorted(self.open)
+        self.keys = array("q", keys)
+        self.rows = array("i", map(self.open.__getitem__, keys))
+        self.open = None
+
+    def latest(self, h: int) -> int | None:
+        """The latest row here whose ID has hash `h`, if any (the caller checks the ID)."""
+        if self.open is not None:
+            return self.open.get(h)
+        i = bisect_left(self.keys, h)  # in C: about 1 µs, as fast as a Bloom filter in Python
+        return self.rows[i] if i < len(self.keys) and self.keys[i] == h else None
+
+
+class ColdTail:
+    """Pending messages past the hot window, oldest first. Rows are numbered for ever
+    (absolute indexes); the columns hold rows [start, start + len(seqs))."""
+
+    __slots__ = (
+        "_ids",
+        "_ends",
+        "_base",
+        "_seqs",
+        "_accepted",
+        "_partitions",
+        "_offsets",
+        "_hashes",
+        "_start",
+        "_head",
+        "_dead",
+        "_segments",
+        "_pins",
+        "count",
+    )
+
+    def __init__(self) -> None:
+        self._clear(0)
+
+    def _clear(self, start: int) -> None:
+        self._ids = bytearray()  # every row's ID, UTF-8, end to end
+        self._ends = array("q")  # where each row's ID ends: absolute, _base being where _ids begins
+        self._base = 0
+        self._seqs = array("q")
+        self._accepted = array("q")
+        self._partitions = array("i")
+        self._offsets = array("q")
+        self._hashes = array("q")  # for a hash shared by two IDs (the index keeps the first)
+        self._start = start  # absolute index of the columns' first row
+        self._head = start  # absolute index of the first row not gone from the front
+        self._dead: set[int] = set()  # rows past the head gone out of order
+        self._segments: list[_Segment] = []
+        self._pins = 0  # snapshots reading the columns: no cut while any does
+        self.count = 0  # rows still here
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def head_seq(self) -> int:
+        """The sequence number of the oldest row (the tail is not empty)."""
+        return self._seqs[self._head - self._start]
+
+    @property
+    def last_seq(self) -> int:
+        return self._seqs[-1] if self._seqs else -1
+
+    def append(self, mid: str, seq: int, accepted_at: int, at: tuple[int, int]) -> None:
+        """A message visible on acceptance (its visibleAt is its acceptedAt)."""
+        h = hash(mid)
+        self._ids += mid.encode()
+        self._ends.append(self._base + len(self._ids))
+        self._seqs.append(seq)
+        self._accepted.append(accepted_at)
+        self._partitions.append(at[0])
+        self._offsets.append(at[1])
+        self._hashes.append(h)
+        row = self._start + len(self._seqs) - 1
+        if not self._segments or self._segments[-1].open is None:
+            self._segments.append(_Segment(row))
+        self._segments[-1].add(h, row)
+        self.count += 1
+
+    def find(self, mid: str) -> int | None:
+        """The absolute index of the row holding `mid`, if one is here."""
+        if not self.count:
+            return None
+        # Newest first: an ID is appended again only once its earlier row is gone, so the
+        # latest row with its hash decides.
+        h, raw = hash(mid), mid.encode()
+        for segment in reversed(self._segments):
+            row = segment.latest(h)
+            if row is None or row < self._head:
+                continue
+            if self._id_at(row - self._start) != raw:
+                return self._scan(h, raw)  # another ID has its hash (about never): ask every row
+            return None if row in self._dead else row
+        return None
+
+    def _scan(self, h: int, raw: bytes) -> int | None:
+        """Every live row for the ID: only when two IDs share a 64-bit hash (about never)."""
+        for pos in range(self._head - self._start, len(self._seqs)):
+            if self._hashes[pos] == h and self._start + pos not in self._dead and self._id_at(pos) == raw:
+                return self._start + pos
+        return None
+
+    def __contains__(self, mid: str) -> bool:
+        return self.find(mid) is not None
+
+    def take(self, row: int) -> Row:
+        """Row `row` (from `find`), gone from here."""
+        out = self._row(row - self._start)
+        self.count -= 1
+        if row == self._head:
+            self._advance()
+        else:
+            self._dead.add(row)
+        return out
+
+    def pop(self) -> Row | None:
+        """The oldest row, gone from here; None when empty."""
+        if not self.count:
+            return None
+        return self.take(self._head)
+
+    def rows(self) -> Iterator[Row]:
+        """The rows, oldest first (for retention); do not change the tail while iterating."""
+        for row in range(self._head, self._start + len(self._seqs)):
+            if row not in self._dead:
+                yield self._row(row - self._start)
+
+    def frozen(self) -> "Frozen":
+        """The rows as they are now, to read later (a snapshot's writer): later changes to the
+        tail do not show, and the columns are not cut until it is read through or dropped."""
+        return Frozen(self)
+
+    # ---- inside --------------------------------------------------------------------------------
+
+    def _id_at(self, pos: int) -> bytes:
+        lo = (self._ends[pos - 1] if pos else self._base) - self._base
+        return bytes(self._ids[lo : self._ends[pos] - self._base])
+
+    def _row(self, pos: int) -> Row:
+        accepted = self._accepted[pos]
+        return (
+            self._id_at(pos).decode(),
+            self._seqs[pos],
+            accepted,
+            accepted,
+            (self._partitions[pos], self._offsets[pos]),
+        )
+
+    def _advance(self) -> None:
+        self._head += 1
+        while self._head in self._dead:
+            self._dead.discard(self._head)
+            self._head += 1
+        if self._pins:
+            return
+        if not self.count:
+            self._clear(self._head)  # numbering goes on: a row index is never used twice
+        elif self._head - self._start >= _COMPACT_AT:
+            self._cut()
+
+    def _cut(self) -> None:
+        """Drop the rows gone from the front from every column (memmoves, no Python loop)."""
+        n = self._head - self._start
+        base = self._ends[n - 1]
+        del self._ids[: base - self._base]
+        self._base = base
+        for column in (self._ends, self._seqs, self._accepted, self._partitions, self._offsets, self._hashes):
+            del column[:n]
+        self._start = self._head
+        self._segments = [s for s in self._segments if s.hi > self._head or s.open is not None]
+
+
+class Frozen:
+    """ColdTail.frozen: the rows of a moment, read once, lazily."""
+
+    def __init__(self, tail: ColdTail) -> None:
+        self.tail: ColdTail | None = tail
+        self.head, self.end, self.dead = tail._head, tail._start + len(tail._seqs), frozenset(tail._dead)
+        self.count = tail.count
+        tail._pins += 1
+
+    def __iter__(self) -> Iterator[Row]:
+        tail = self.tail
+        if tail is None:
+            return
+        try:
+            for row in range(self.head, self.end):
+                if row not in self.dead:
+                    yield tail._row(row - tail._start)
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        if self.tail is not None:
+            self.tail._pins -= 1
+            self.tail = None
+
+    def __del__(self) -> None:
+        self.release()
