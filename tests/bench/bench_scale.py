@@ -16,6 +16,7 @@ on one broker and one PostgreSQL for the run; everything goes through the front 
 Then the ratios of restart time and RSS at the biggest size over the smallest, beside the
 target: flat within 2x from 100k to 1M messages; RSS under 300 MB with a 1M-message backlog.
 
+SUMI_LOG_LEVEL=INFO passes the engines' own log (snapshots written, restores) to stderr.
 Sizes: BENCH_SCALE_MESSAGES (default "100000,1000000"), BENCH_SCALE_INSTANCES (default
 "10000,100000"); BENCH_SCALE_BIG=1 adds 10,000,000 messages. BENCH_SCALE_SENDERS (8) POSTs at a
 time. Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
@@ -343,7 +344,9 @@ def main() -> None:
         kafka = os.environ.get("SUMI_KAFKA_BOOTSTRAP") or stack.enter_context(KafkaBroker()).bootstrap
         db = os.environ.get("SUMI_DATABASE_URL") or stack.enter_context(PostgresServer()).url
         for n, m in zip_longest(MESSAGES, INSTANCES):
-            with running_host(new_settings(kafka, db)) as host:
+            # SUMI_LOG_LEVEL=INFO shows the engines' snapshots and restores on stderr
+            level = os.environ.get("SUMI_LOG_LEVEL", "WARNING")
+            with running_host(new_settings(kafka, db, log_level=level)) as host:
                 q, w = asyncio.run(one_host(host, n, m))
             queues += [q] if q else []
             flows += [w] if w else []

@@ -10,34 +10,39 @@ discard, a delivery decided before a restart moved the window).
 
 Finding a row by its ID (a re-sent append, a discard) goes through an index of segments of
 `_SEGMENT` rows: the newest, still filling, is a dict from the ID's hash to its row; a full
-one is sealed into two arrays sorted by hash, searched by bisection (in C), so an ID costs
-about a microsecond per segment. Hashes are Python's, so
+one is sealed into an array sorted by hash, searched by bisection (in C, about 1 µs), and
+sealed segments of equal size merge (up to `_MERGED` rows), so a look-up searches a few. Hashes are Python's, so
 they hold in this process only; nothing here is written anywhere.
 """
 
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
+from itertools import chain
 
 # A row as it leaves: (id, seq, acceptedAt, visibleAt, (partition, offset)); a row is visible
 # on acceptance, so visibleAt is acceptedAt.
 Row = tuple[str, int, int, int, tuple[int, int]]
 
 _COMPACT_AT = 1 << 16  # rows gone from the front before the columns are cut
-_SEGMENT = 1 << 16  # rows per index segment: sealing one sorts this many (tens of ms)
+_SEGMENT = 1 << 16  # rows an index segment is sealed at (sorting them: tens of ms)
+_MERGED = 1 << 20  # sealed segments of equal size merge up to this many rows: few to search
+_PLACE = (1 << 24) - 1  # a row's place in its segment (merged segments stay well under 2**24)
+_TOP = ~_PLACE
 
 
 class _Segment:
-    """The index of rows [lo, lo + n): by hash, to their row."""
+    """The index of rows [lo, lo + n): by hash, to their rows. While filling, a dict from
+    hash to its latest row; sealed, one array sorted by the hash's top 40 bits packed with
+    the row's place in the segment (low 24 bits), so equal tops lie together, oldest first."""
 
-    __slots__ = ("lo", "n", "open", "keys", "rows")
+    __slots__ = ("lo", "n", "open", "packed")
 
     def __init__(self, lo: int) -> None:
         self.lo = lo
         self.n = 0
-        self.open: dict[int, int] | None = {}  # hash -> its latest row, while filling
-        self.keys = array("q")  # sealed: hashes, sorted
-        self.rows = array("q")  # sealed: each key's row
+        self.open: dict[int, int] | None = {}
+        self.packed = array("q")
 
     @property
     def hi(self) -> int:
@@ -47,22 +52,35 @@ class _Segment:
         assert self.open is not None
         self.open[h] = row
         self.n += 1
-        if self.n == _SEGMENT:
-            self._seal()
 
-    def _seal(self) -> None:
+    def full(self) -> bool:
+        return self.open is not None and self.n >= _SEGMENT
+
+    def seal(self) -> None:
         assert self.open is not None
-        keys = sorted(self.open)
-        self.keys = array("q", keys)
-        self.rows = array("i", map(self.open.__getitem__, keys))
+        lo = self.lo
+        self.packed = array("q", sorted((h & _TOP) | (row - lo) for h, row in self.open.items()))
         self.open = None
 
-    def latest(self, h: int) -> int | None:
-        """The latest row here whose ID has hash `h`, if any (the caller checks the ID)."""
+    def merge(self, later: "_Segment") -> None:
+        """Take in the sealed segment right after this one: its places shift by this one's
+        size (its order stays), and timsort merges the two sorted runs in linear time."""
+        shift = self.n
+        self.packed = array("q", sorted(chain(self.packed, (v + shift for v in later.packed))))
+        self.n += later.n
+
+    def rows(self, h: int) -> list[int]:
+        """The rows here whose ID's hash may be `h` (same top 40 bits), oldest first."""
         if self.open is not None:
-            return self.open.get(h)
-        i = bisect_left(self.keys, h)  # in C: about 1 µs, as fast as a Bloom filter in Python
-        return self.rows[i] if i < len(self.keys) and self.keys[i] == h else None
+            row = self.open.get(h)
+            return [] if row is None else [row]
+        top = h & _TOP
+        i = bisect_left(self.packed, top)  # in C: about 1 µs
+        out = []
+        while i < len(self.packed) and (self.packed[i] & _TOP) == top:
+            out.append(self.lo + (self.packed[i] & _PLACE))
+            i += 1
+        return out
 
 
 class ColdTail:
@@ -130,7 +148,11 @@ class ColdTail:
         row = self._start + len(self._seqs) - 1
         if not self._segments or self._segments[-1].open is None:
             self._segments.append(_Segment(row))
-        self._segments[-1].add(h, row)
+        segment = self._segments[-1]
+        segment.add(h, row)
+        if segment.full():
+            segment.seal()
+            self._merge()
         self.count += 1
 
     def find(self, mid: str) -> int | None:
@@ -141,13 +163,20 @@ class ColdTail:
         # latest row with its hash decides.
         h, raw = hash(mid), mid.encode()
         for segment in reversed(self._segments):
-            row = segment.latest(h)
-            if row is None or row < self._head:
-                continue
-            if self._id_at(row - self._start) != raw:
-                return self._scan(h, raw)  # another ID has its hash (about never): ask every row
-            return None if row in self._dead else row
+            for row in reversed(segment.rows(h)):
+                if row < self._head or self._hashes[row - self._start] != h:
+                    continue  # gone from the front, or another hash with the same top
+                if self._id_at(row - self._start) != raw:
+                    return self._scan(h, raw)  # another ID has its hash (about never): ask every row
+                return None if row in self._dead else row
         return None
+
+    def _merge(self) -> None:
+        sealed = [s for s in self._segments if s.open is None]
+        while len(sealed) >= 2 and sealed[-1].n == sealed[-2].n and sealed[-1].n * 2 <= _MERGED:
+            later = sealed.pop()
+            sealed[-1].merge(later)
+            self._segments.remove(later)
 
     def _scan(self, h: int, raw: bytes) -> int | None:
         """Every live row for the ID: only when two IDs share a 64-bit hash (about never)."""
@@ -207,6 +236,9 @@ class ColdTail:
         while self._head in self._dead:
             self._dead.discard(self._head)
             self._head += 1
+        self._tidy()
+
+    def _tidy(self) -> None:
         if self._pins:
             return
         if not self.count:
@@ -249,6 +281,7 @@ class Frozen:
     def release(self) -> None:
         if self.tail is not None:
             self.tail._pins -= 1
+            self.tail._tidy()  # what the reader kept from being cut
             self.tail = None
 
     def __del__(self) -> None:

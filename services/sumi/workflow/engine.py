@@ -66,7 +66,8 @@ from sumi.workflow._intake import Intake
 from sumi.workflow._metrics import WorkflowMetrics
 from sumi.workflow._runs import LIMIT_STOPS, RUNTIME_FAILED, ContextRun
 from sumi.workflow._spares import Spares
-from sumi.workflow._state import Counts, Instance
+from sumi.workflow._state import Instance
+from sumi.workflow._table import InstanceTable
 
 log = logging.getLogger("sumi.workflow")
 RETRY_FIRST_MS, RETRY_MAX_MS = 100, 30_000  # after the runtime failed an instance
@@ -90,16 +91,13 @@ class Engine:
     def __init__(self, settings: Settings, limits: d.Limits | None = None) -> None:
         self.settings = settings
         self.limits = limits or limits_of(settings)
-        self.instances: dict[str, Instance] = {}
-        self.keys_of: dict[str, set[str]] = {}  # workflow UID -> its instances' keys (a delete purges them)
-        self.counts = Counts()  # per Workflow and status, kept by the fold (WF-9)
+        self.table = InstanceTable(self.limits)
+        self.instances = self.table.instances  # the table's (runs, bindings and checkpoints read it)
         self.ring = sealing.KeyRing()  # the data keys alive: the fold of the key topic
         self.runs: dict[str, ContextRun] = {}
         self.control = WorkflowControl()
         self.bindings = Bindings(self)
         self.spares = Spares(self)
-        self.due: list[tuple[int, str]] = []
-        self.armed: dict[str, int] = {}  # the due time each instance has in `due`
         self.runnable: set[str] = set()
         self.blocked: set[str] = set()  # runnable, but no usable Version right now
         self.solo: set[str] = set()  # evicted from a shared worker thread: the next context runs alone
@@ -140,38 +138,17 @@ class Engine:
             return
         if isinstance(rec, r.InstancesPurged) or not isinstance(rec, r.WorkflowRecord):
             return  # the marker after the per-instance purges (WF-13); nothing else is on this log
-        inst = self.counts.fold(self.instances.get(key), rec)
-        if inst is None:
-            return
-        if inst.purged:
-            self.instances.pop(key, None)
-            self.armed.pop(key, None)
+        if self.table.fold(key, rec) is not None:  # purged: nothing of it is kept
             self.failures.pop(key, None)
             self.deaths.pop(key, None)
             self.solo.discard(key)
-            keys = self.keys_of.get(inst.workflow_uid)
-            if keys is not None:
-                keys.discard(key)
-                if not keys:
-                    del self.keys_of[inst.workflow_uid]
-            return
-        self._index(key, inst)
 
     def adopt(self, key: str, inst: Instance) -> None:
         """An instance as a snapshot holds it (`_checkpoints`): in the table as if folded."""
-        self.counts.add(inst)
-        self._index(key, inst)
+        self.table.adopt(key, inst)
 
     def remember(self, command_id: str) -> None:
         self.intake.remember(command_id)
-
-    def _index(self, key: str, inst: Instance) -> None:
-        self.instances[key] = inst
-        self.keys_of.setdefault(inst.workflow_uid, set()).add(key)
-        due = d.next_due(inst, self.limits)
-        if due is not None and self.armed.get(key) != due:  # one heap entry per due time, not per record
-            self.armed[key] = due
-            heapq.heappush(self.due, (due, key))
 
     def emit(self, key: str, records: Sequence[r.Record]) -> "asyncio.Future[None]":
         """Fold now, commit in order; the future resolves once the transaction holding them committed."""
@@ -387,14 +364,7 @@ class Engine:
     def step(self) -> int | None:
         """Decide everything that is due now; return when to look again."""
         now = self.now()
-        while self.due and self.due[0][0] <= now:
-            at, key = heapq.heappop(self.due)
-            if self.armed.get(key) == at:
-                del self.armed[key]
-            inst = self.instances.get(key)
-            due = d.next_due(inst, self.limits) if inst is not None else None
-            if inst is None or due is None or due > now:
-                continue  # stale: the instance moved on (its current due time has its own entry)
+        for key, inst in self.table.due_now(now):
             decision = d.due(inst, now, self.limits, key in self.runs)
             if decision.stop and key in self.runs:
                 self.runs[key].stop(decision.after_stop)
@@ -407,7 +377,9 @@ class Engine:
             self._observe()
             self.spares.retire({v for wf in self.control.workflows() for v, _ in self.control.allocation(wf)})
         self._start_runs(now)
-        return min((heap[0][0] for heap in (self.due, self.retries) if heap), default=None)
+        due = self.table.next_due()
+        retry = self.retries[0][0] if self.retries else None
+        return min((t for t in (due, retry) if t is not None), default=None)
 
     def _deletes(self) -> None:
         """WF-13, WF-14: intake closed, contexts stopped, then every instance purged and the delete reported."""
@@ -415,7 +387,7 @@ class Engine:
             op = self.control.deleting(wf.uid) if wf.state == "deleting" else None
             if op is None or op in self.reported:
                 continue
-            keys = sorted(self.keys_of.get(wf.uid, ()))
+            keys = self.table.keys(wf.uid)
             live = [k for k in keys if k in self.runs]
             for k in live:
                 self.runs[k].stop()
@@ -452,7 +424,7 @@ class Engine:
         for wf in self.control.workflows():
             if wf.state == "deleting":
                 continue
-            per = self.counts.of(wf.uid)
+            per = self.table.counts.of(wf.uid)
             if self.observed.get(wf.uid) != per:
                 self.observed[wf.uid] = per
                 observe = ResourceObserve(uid=wf.uid, observed={"instanceCounts": per})
@@ -576,7 +548,7 @@ class Engine:
             await self.worklogs.close()
 
     async def _refresh_metrics(self, readers: list[AIOKafkaConsumer]) -> None:
-        self.metrics.count(self.counts.per, self._space_of)
+        self.metrics.count(self.table.counts.per, self._space_of)
         await self.plumbing.refresh(self.runtimes, readers)
 
     def _space_of(self, uid: str) -> str:
