@@ -198,6 +198,11 @@ class ColdTail:
             self._dead.add(row)
         return out
 
+    def take_id(self, mid: str) -> Row | None:
+        """The row holding `mid`, gone from here; None if none does."""
+        row = self.find(mid) if self.count else None
+        return None if row is None else self.take(row)
+
     def pop(self) -> Row | None:
         """The oldest row, gone from here; None when empty."""
         if not self.count:
@@ -264,7 +269,6 @@ class Frozen:
     def __init__(self, tail: ColdTail) -> None:
         self.tail: ColdTail | None = tail
         self.head, self.end, self.dead = tail._head, tail._start + len(tail._seqs), frozenset(tail._dead)
-        self.count = tail.count
         tail._pins += 1
 
     def __iter__(self) -> Iterator[Row]:

@@ -108,9 +108,12 @@ class QueueState:
             _, seq, mid, epoch = heapq.heappop(self.waiting)
             m = self.messages.get(mid)
             if m is not None and m.epoch == epoch and m.batch is None:
-                m.ready = True
-                self.ready_count += 1
-                heapq.heappush(self.ready, (seq, mid, epoch))
+                self._into_ready(m)
+
+    def _into_ready(self, m: Message) -> None:
+        m.ready = True
+        self.ready_count += 1
+        heapq.heappush(self.ready, (m.seq, m.id, m.epoch))
 
     def peek_ready(self, n: int) -> list[Message]:
         """The first n ready messages in acceptance order (promote first), the cold tail's
@@ -165,19 +168,15 @@ class QueueState:
         self.hot_pending += 1
         if ready:
             self._new_epoch(m)
-            m.ready = True
-            self.ready_count += 1
-            heapq.heappush(self.ready, (seq, mid, m.epoch))
+            self._into_ready(m)
         else:
             self._index(m)
         return m
 
     def _hot_or_warmed(self, mid: str) -> Message | None:
         m = self.messages.get(mid)
-        if m is None and self.cold.count:
-            row = self.cold.find(mid)
-            if row is not None:
-                m = self._warm(self.cold.take(row))
+        if m is None and (row := self.cold.take_id(mid)) is not None:
+            m = self._warm(row)
         return m
 
     def _goes_cold(self, seq: int, accepted_at: int, visible_at: int, at: Location | None) -> bool:
@@ -294,10 +293,8 @@ class QueueState:
                 self.hot_pending -= 1
             self._unindex(m)
             self._drop_body(m)
-        elif self.cold.count:
-            row = self.cold.find(mid)
-            if row is not None:
-                self.cold.take(row)
+        else:
+            self.cold.take_id(mid)
         self.settled.add(mid)
 
 
