@@ -65,6 +65,9 @@ class Settings:
     # (and at least half as many as its last snapshot held) were folded since the last one; a
     # start then folds at most about that many. 0: never (every start folds from offset 0).
     snapshot_records: int = 50_000
+    # ...and once a partition folded nothing for this long (and grew by a 64th of what its last
+    # snapshot held), so a start after the load ended folds next to nothing.
+    snapshot_quiet_seconds: float = 2.0
     workflow_spare_contexts: int = 2  # fresh contexts started ahead of need, per Version lately run
     workflow_always_replay: bool = False  # end a workflow context after every committed step (tests)
     # Lets a test Host run with settings DurableWorkflow 0.3.0 forbids (a short retention).
@@ -141,6 +144,7 @@ class Settings:
             "queue_body_budget_bytes": _int(env, "SUMI_QUEUE_BODY_BUDGET_BYTES", 64 << 20),
             "queue_hot_messages": _int(env, "SUMI_QUEUE_HOT_MESSAGES", 10_000),
             "snapshot_records": _int(env, "SUMI_SNAPSHOT_RECORDS", 50_000),
+            "snapshot_quiet_seconds": float(env.get("SUMI_SNAPSHOT_QUIET_SECONDS", "2")),
             "workflow_spare_contexts": _int(env, "SUMI_WORKFLOW_SPARE_CONTEXTS", 2),
             "workflow_always_replay": env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
             "nonconformant_test_settings": env.get("SUMI_NONCONFORMANT_TEST_SETTINGS", "") == "1",
@@ -194,6 +198,7 @@ class Settings:
             "SUMI_QUEUE_BODY_BUDGET_BYTES": str(self.queue_body_budget_bytes),
             "SUMI_QUEUE_HOT_MESSAGES": str(self.queue_hot_messages),
             "SUMI_SNAPSHOT_RECORDS": str(self.snapshot_records),
+            "SUMI_SNAPSHOT_QUIET_SECONDS": str(self.snapshot_quiet_seconds),
             "SUMI_WORKFLOW_SPARE_CONTEXTS": str(self.workflow_spare_contexts),
             "SUMI_WORKFLOW_ALWAYS_REPLAY": "1" if self.workflow_always_replay else "",
             "SUMI_NONCONFORMANT_TEST_SETTINGS": "1" if self.nonconformant_test_settings else "",

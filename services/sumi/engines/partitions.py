@@ -21,9 +21,8 @@ and folds only the log after it. A snapshot is taken where the state is exactly 
 the log before the offset it covers: right after a rebuild, and while following, at a moment
 when every decision folded has committed (no outbox busy) and the partition has been read
 past each offset those commits wrote. Before that moment the state holds decisions that lie
-in the log after records it has not read yet. A partition is snapshotted once enough records
-were folded since its last snapshot (`Settings.snapshot_records`, and at least half as many as
-that snapshot held, so the cost of writing them stays proportional to the log's growth).
+in the log after records it has not read yet. When one is due is `snapshot_due`: after enough
+records folded (in proportion to the state), or once the partition went quiet.
 
 On revocation the owner stops its work there (the engine's `drain`: runtime contexts stopped
 and their ends committed) before it returns, which Kafka waits for before any replica is
@@ -47,7 +46,7 @@ from sumi.core.fencing import PartitionProducers
 from sumi.core.outbox import Outbox
 from sumi.core.records import Record
 from sumi.core.topics import partition_for
-from sumi.engines.snapshots import Snapshots
+from sumi.engines.snapshots import Snapshots, snapshot_due
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +84,7 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
         self.snapshots = Snapshots(settings, snapshots) if snapshots and settings.snapshot_records > 0 else None
         self.since: dict[int, int] = {}  # owned partition -> records folded since its snapshot
         self.held: dict[int, int] = {}  # owned partition -> items its latest snapshot held
+        self.folded_at: dict[int, float] = {}  # owned partition -> when it last folded a record
         self.taking: asyncio.Task[None] | None = None  # folding the partitions just assigned
         self.producers = PartitionProducers(settings, name, turns=2, linger_ms=0)
         self.outboxes: dict[int, Outbox] = {}
@@ -235,12 +235,10 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
     # ---- snapshots -----------------------------------------------------------------------------
 
     def _due(self, partition: int) -> bool:
-        need = max(self.settings.snapshot_records, self.held.get(partition, 0) // 2)
-        return (
-            self.snapshots is not None
-            and partition not in self.snapshots.writing
-            and self.since.get(partition, 0) >= need
-        )
+        if self.snapshots is None or partition in self.snapshots.writing:
+            return False
+        quiet_for = asyncio.get_running_loop().time() - self.folded_at.get(partition, 0.0)
+        return snapshot_due(self.since.get(partition, 0), self.held.get(partition, 0), quiet_for, self.settings)
 
     def _quiet(self, partition: int) -> bool:
         """Whether the state is the fold of the partition's log up to where it has been read."""
@@ -292,6 +290,7 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
             while not failed.done():
                 batch = await self.member.getmany(timeout_ms=1000, max_records=5000)
                 folded = False
+                now = asyncio.get_running_loop().time()
                 for tp, messages in batch.items():
                     for m in messages:
                         at = self.next.get(tp.partition)
@@ -299,6 +298,7 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
                             continue  # not owned (any more), or folded already
                         self.next[tp.partition] = m.offset + 1
                         self.since[tp.partition] = self.since.get(tp.partition, 0) + 1
+                        self.folded_at[tp.partition] = now
                         self.owner.fold(m, False)
                         folded = True
                 if self.snapshots is not None:

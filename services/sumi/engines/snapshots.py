@@ -32,6 +32,23 @@ log = logging.getLogger(__name__)
 _IN_FLIGHT = 8  # chunks sent before their acks are awaited (each up to 512 KiB)
 
 
+QUIET_SHARE = 64  # a quiet partition is snapshotted once its log grew by 1/64 of what it holds
+
+
+def snapshot_due(grown: int, held: int, quiet_for: float, settings: Settings) -> bool:
+    """Whether a partition whose log grew by `grown` records since its last snapshot (which
+    held `held` items), and which has folded nothing for `quiet_for` seconds, is due one.
+
+    Busy: once `snapshot_records`, and half as many as the last snapshot held, were folded, so
+    the cost of writing snapshots stays proportional to the log's growth however big the state:
+    a start then folds at most half the state's worth of log. Quiet (nothing folded for
+    `snapshot_quiet_seconds`): once it grew by a 64th of that, so an engine restarted after its
+    load ended folds next to nothing, and a trickle does not rewrite a big state each time."""
+    if grown >= max(settings.snapshot_records, held // 2):
+        return True
+    return quiet_for >= settings.snapshot_quiet_seconds and grown >= max(1, held // QUIET_SHARE)
+
+
 def header_key(partition: int) -> bytes:
     return f"p{partition}".encode()
 

@@ -12,8 +12,10 @@ no place in the log (a fold without offsets) is kept in the chunk. A queue's col
 its hot window, as more rows of the same columns; a restore puts them back in the tail.
 """
 
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from sumi.core.records import QueueSnapshotChunk
@@ -139,6 +141,23 @@ def capture(
     return _with_cold(chunks, colds), entries
 
 
+def _all_cold(s: dict[str, Any], i: int, last_seq: int) -> bool:
+    """Whether every row of the slice from `i` on would go to the queue's tail (whose last
+    row is `last_seq`) when restored one by one: pending, never delivered, no body held,
+    visible on acceptance, placed in the log, sequence numbers rising (checks in C)."""
+    seqs = s["seqs"][i:]
+    k = len(seqs)
+    return (
+        seqs[0] > last_seq
+        and s["bodies"][i:].count(None) == k
+        and s["batches"][i:].count(None) == k
+        and not any(s["deliveries"][i:])
+        and min(s["offsets"][i:]) >= 0
+        and s["visibleAt"][i:] == s["acceptedAt"][i:]
+        and all(map(operator.lt, seqs, islice(seqs, 1, None)))
+    )
+
+
 def _put(s: dict[str, Any], *row: Any) -> None:
     for column, value in zip(_COLUMNS, row, strict=True):
         s[column].append(value)
@@ -183,7 +202,12 @@ def _restore_slice(state: EngineState, partition: int, s: dict[str, Any]) -> Non
         q = state.queues[s["uid"]] = state.new_queue(s["uid"], s["space"], purged=s["purged"])
     q.next_seq = s["nextSeq"]
     rows: Iterable[tuple[Any, ...]] = zip(*(s[c] for c in _COLUMNS), strict=True)
-    for mid, seq, accepted_at, visible_at, offset, deliveries, batch, body in rows:
+    for i, (mid, seq, accepted_at, visible_at, offset, deliveries, batch, body) in enumerate(rows):
+        if q.cold.count and _all_cold(s, i, q.cold.last_seq):
+            # The rest of the slice goes to the tail, as row by row, but in bulk: a million
+            # rows restore in a fraction of a second instead of seconds.
+            q.cold.extend(s["ids"][i:], s["seqs"][i:], s["acceptedAt"][i:], partition, s["offsets"][i:])
+            break
         at = (partition, offset) if offset >= 0 else None
         q.restore(mid, seq, accepted_at, visible_at, at, deliveries, batch, body)
     for mid in s["settled"]:

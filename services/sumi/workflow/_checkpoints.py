@@ -21,7 +21,7 @@ from sumi.core import ids, sealing
 from sumi.core.config import Settings
 from sumi.core.records import WorkflowSnapshotChunk
 from sumi.core.topics import partition_for
-from sumi.engines.snapshots import Snapshots
+from sumi.engines.snapshots import Snapshots, snapshot_due
 from sumi.workflow import _snapshot as snapshot
 from sumi.workflow._intake import REMEMBERED_COMMANDS
 from sumi.workflow._state import Instance
@@ -119,8 +119,7 @@ class Checkpoints:
         if self.store is None or self.store.writing:
             return
         for p, covers in self.covered.items():
-            need = max(self.settings.snapshot_records, self.held.get(p, 0) // 2)
-            if covers - self.taken.get(p, 0) >= need:
+            if snapshot_due(covers - self.taken.get(p, 0), self.held.get(p, 0), 0.0, self.settings):
                 self._take(p, covers)
                 return
 

@@ -34,10 +34,15 @@ def test_the_tail_does_what_a_list_does(seed: int, monkeypatch: pytest.MonkeyPat
     tail, model, n = ColdTail(), [], 0
     for _ in range(3000):
         roll = rnd.random()
-        if roll < 0.5:
+        if roll < 0.45:
             put(tail, n)
             model.append(row(n))
             n += 1
+        elif roll < 0.5:  # a restore's bulk, across segment ends
+            rows = [row(i) for i in range(n, n + rnd.randrange(13))]
+            tail.extend([x[0] for x in rows], [x[1] for x in rows], [x[2] for x in rows], 2, [x[4][1] for x in rows])
+            model.extend(rows)
+            n += len(rows)
         elif roll < 0.75:
             assert tail.pop() == (model.pop(0) if model else None)
         elif model:
