@@ -190,7 +190,7 @@ class ContextRun:
         started = time.monotonic()
         try:
             return await self._call(method, args)
-        except HostError as exc:  # kept: the runtime may give up on the run for it (engine `_death`)
+        except HostError as exc:  # kept: the runtime may give up on the run for it (the scheduler's `death`)
             self.refused = f"{method}: {exc.name}: {exc.message}"
             raise
         except Exception as exc:  # a bug in the Host: the runtime sees backend_unavailable
