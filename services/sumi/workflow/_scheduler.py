@@ -183,6 +183,7 @@ class Scheduler:
     def _after(
         self, run: ContextRun, inst: Instance, outcome: WorkflowOutcome, now: int
     ) -> tuple[d.Decision, int | None]:
+        """What the stopped context's outcome publishes, and the delay before the next context."""
         if run.after_stop:  # a Host limit (WF-38)
             return d.Decision(run.after_stop), None
         if run.stopping:  # terminate, delete or shutdown: whoever stopped it decides
