@@ -15,14 +15,14 @@ import asyncio
 import heapq
 import logging
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from sumi.core.config import Settings
 from sumi.engines import fair
 from sumi.runtime.types import WorkflowOutcome
 from sumi.workflow import _decide as d
 from sumi.workflow._control import WorkflowControl
-from sumi.workflow._runs import LIMIT_STOPS, RUNTIME_FAILED, ContextRun
+from sumi.workflow._runs import LIMIT_STOPS, RUNTIME_FAILED, ContextRun, Live
 from sumi.workflow._state import Instance
 from sumi.workflow._table import InstanceTable
 
@@ -30,12 +30,6 @@ log = logging.getLogger("sumi.workflow")
 RETRY_FIRST_MS, RETRY_MAX_MS = 100, 30_000  # after the runtime failed an instance
 DEATHS_TO_END = 3  # the same attempt's context dying the same way this often in a row ends the instance
 MAX_DEATH_TEXT = 4096
-
-
-class Live(Protocol):
-    """A live run, as far as the scheduler touches it: a due time may stop it."""
-
-    def stop(self, after_stop: list[Any] | None = None) -> None: ...
 
 
 class Launcher(Protocol):

@@ -27,6 +27,8 @@ Plumbing around the pure core (`_state`, `_decide`):
 - Which instance gets a context, and when the engine looks again, is the scheduler's
   (`_scheduler`): fair shares among Spaces, instances waiting for a usable Version, retries
   after a failed context. It starts runs through the engine and owns nothing durable.
+- A Workflow's delete (`_deletes`) stops its contexts, then purges its instances and reports
+  the Operation; a stop never confirmed is proven by the runtimes' exit (WF-13, WF-14).
 
 Replicas take turns (`sumi.engines.standby`): every replica joins the commands' group, one
 holds every partition and the others stand by, because the engine's decisions span
@@ -48,7 +50,7 @@ from sumi.core import allocator, clock, ids, kafka, sealing
 from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.commands import Command as ControlCommand
-from sumi.core.commands import OperationReport, ResourceObserve, submitted
+from sumi.core.commands import ResourceObserve, submitted
 from sumi.core.config import Settings
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
@@ -64,6 +66,7 @@ from sumi.workflow import commands as c
 from sumi.workflow._bindings import Bindings
 from sumi.workflow._checkpoints import Checkpoints
 from sumi.workflow._control import WorkflowControl
+from sumi.workflow._deletes import Deletes
 from sumi.workflow._intake import Intake
 from sumi.workflow._metrics import WorkflowMetrics
 from sumi.workflow._runs import ContextRun
@@ -74,9 +77,6 @@ from sumi.workflow._table import InstanceTable
 
 log = logging.getLogger("sumi.workflow")
 OBSERVE_MS = 1000
-# A delete whose contexts have not all confirmed their stop by then takes the stop as unproven
-# (WF-14): it reports the same Operation `reconciling` and proves the stop by the runtimes' exit.
-STOP_PROOF_MS = 5000
 Answer = asyncio.Future[r.CommandDecided]
 
 
@@ -103,10 +103,7 @@ class Engine:
         self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance, Answer]]] = {}
         self.intake = Intake(settings, self)
         self.checkpoints = Checkpoints(settings, self)
-        self.reported: set[str] = set()
-        self.stopping_since: dict[str, int] = {}  # delete Operation -> when it first waited for a stop
-        self.reconciling: set[str] = set()  # delete Operations reported `reconciling`
-        self._restarting: asyncio.Future[None] | None = None
+        self.deletes = Deletes(self)
         self.observed: dict[str, dict[str, int]] = {}
         self.outbox: Outbox | None = None
         self.last_put: asyncio.Future[None] | None = None
@@ -278,49 +275,13 @@ class Engine:
         step purges."""
         now = self.now()
         self.scheduler.fire(now)
-        self._deletes()
+        self.deletes.step()
         if now - self._last_observe >= OBSERVE_MS:
             self._last_observe = now
             self._observe()
             self.spares.retire({v for wf in self.control.workflows() for v, _ in self.control.allocation(wf)})
         self.scheduler.start_runs(now)
         return self.scheduler.next_look()
-
-    def _deletes(self) -> None:
-        """WF-13, WF-14: intake closed, contexts stopped, then every instance purged and the delete reported."""
-        for wf in self.control.workflows():
-            op = self.control.deleting(wf.uid) if wf.state == "deleting" else None
-            if op is None or op in self.reported:
-                continue
-            keys = self.table.keys(wf.uid)
-            live = [k for k in keys if k in self.runs]
-            for k in live:
-                self.runs[k].stop()
-            now = self.now()
-            if live:  # reported once every context is confirmed stopped
-                if now - self.stopping_since.setdefault(op, now) >= STOP_PROOF_MS:
-                    self._reconcile_stop(wf.space, op)
-                continue
-            for k in keys:
-                inst = self.instances[k]
-                self.emit(k, [r.InstancePurged(wf.uid, inst.instance_id, now)])
-            report = OperationReport(operation_id=op, outcome="succeeded", effect="complete")
-            self.emit(wf.uid, [r.InstancesPurged(wf.uid, now, op), self.control_command(wf.space, report)])
-            self.reported.add(op)
-            self.stopping_since.pop(op, None)
-
-    def _reconcile_stop(self, space: str, op: str) -> None:
-        """WF-14: a stop the runtime does not confirm (e.g. its process hangs) leaves the delete
-        unproven. The same Operation is reported `reconciling` (once; effect unknown), and the stop
-        is proven the only certain way: the runtime processes exit, taking every context with them
-        (contexts of other instances end as stopped and replay in new ones)."""
-        if op not in self.reconciling:
-            self.reconciling.add(op)
-            problem = Problem("backend_unavailable", "a context's stop was not confirmed; stopping its runtime")
-            report = OperationReport(operation_id=op, outcome="reconciling", effect="unknown", error=problem.to_json())
-            self.emit(space, [self.control_command(space, report)])
-        if self._restarting is None or self._restarting.done():
-            self._restarting = asyncio.ensure_future(self.restart_runtimes())
 
     def _observe(self) -> None:
         """WF-9: instance counts per status, reported to the control plane when they change.
