@@ -35,6 +35,13 @@ LIMIT_STOPS = ("cpu_limit", "heap_limit", "wall_limit")
 RUNTIME_FAILED = "runtime_failed"  # the runtime could not start or serve the context
 
 
+class Live(Protocol):
+    """What the engine's parts may do to a live run (a due time, a delete): stop it. A
+    ContextRun is one; a test's fake may be."""
+
+    def stop(self, after_stop: list[Any] | None = None) -> None: ...
+
+
 class Host(Protocol):
     """What a run needs of its engine: the fold and the tables it decides against, the
     engine's one way to commit records, its runtimes and spares, and where a run's end
@@ -190,7 +197,7 @@ class ContextRun:
         started = time.monotonic()
         try:
             return await self._call(method, args)
-        except HostError as exc:  # kept: the runtime may give up on the run for it (engine `_death`)
+        except HostError as exc:  # kept: the runtime may give up on the run for it (the scheduler's `death`)
             self.refused = f"{method}: {exc.name}: {exc.message}"
             raise
         except Exception as exc:  # a bug in the Host: the runtime sees backend_unavailable

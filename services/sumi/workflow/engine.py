@@ -24,6 +24,11 @@ Plumbing around the pure core (`_state`, `_decide`):
   step calls committed before they are answered, the physical stop before any status
   that depends on it. An engine restart starts a new context for every instance that
   was running: its new token fences whatever the old process left behind.
+- Which instance gets a context, and when the engine looks again, is the scheduler's
+  (`_scheduler`): fair shares among Spaces, instances waiting for a usable Version, retries
+  after a failed context. It starts runs through the engine and owns nothing durable.
+- A Workflow's delete (`_deletes`) stops its contexts, then purges its instances and reports
+  the Operation; a stop never confirmed is proven by the runtimes' exit (WF-13, WF-14).
 
 Replicas take turns (`sumi.engines.standby`): every replica joins the commands' group, one
 holds every partition and the others stand by, because the engine's decisions span
@@ -33,7 +38,6 @@ starts its transactional producers only once it holds, which fences the one befo
 
 import asyncio
 import contextlib
-import heapq
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -46,11 +50,11 @@ from sumi.core import allocator, clock, ids, kafka, sealing
 from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.commands import Command as ControlCommand
-from sumi.core.commands import OperationReport, ResourceObserve, submitted
+from sumi.core.commands import ResourceObserve, submitted
 from sumi.core.config import Settings
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
-from sumi.engines import exporter, fair
+from sumi.engines import exporter
 from sumi.engines.metrics import PlumbingMetrics
 from sumi.engines.runtimes import Runtimes
 from sumi.engines.standby import Membership
@@ -62,21 +66,17 @@ from sumi.workflow import commands as c
 from sumi.workflow._bindings import Bindings
 from sumi.workflow._checkpoints import Checkpoints
 from sumi.workflow._control import WorkflowControl
+from sumi.workflow._deletes import Deletes
 from sumi.workflow._intake import Intake
 from sumi.workflow._metrics import WorkflowMetrics
-from sumi.workflow._runs import LIMIT_STOPS, RUNTIME_FAILED, ContextRun
+from sumi.workflow._runs import ContextRun
+from sumi.workflow._scheduler import Scheduler
 from sumi.workflow._spares import Spares
 from sumi.workflow._state import Instance
 from sumi.workflow._table import InstanceTable
 
 log = logging.getLogger("sumi.workflow")
-RETRY_FIRST_MS, RETRY_MAX_MS = 100, 30_000  # after the runtime failed an instance
-DEATHS_TO_END = 3  # the same attempt's context dying the same way this often in a row ends the instance
-MAX_DEATH_TEXT = 4096
 OBSERVE_MS = 1000
-# A delete whose contexts have not all confirmed their stop by then takes the stop as unproven
-# (WF-14): it reports the same Operation `reconciling` and proves the stop by the runtimes' exit.
-STOP_PROOF_MS = 5000
 Answer = asyncio.Future[r.CommandDecided]
 
 
@@ -98,24 +98,13 @@ class Engine:
         self.control = WorkflowControl()
         self.bindings = Bindings(self)
         self.spares = Spares(self)
-        self.runnable: set[str] = set()
-        self.blocked: set[str] = set()  # runnable, but no usable Version right now
-        self.solo: set[str] = set()  # evicted from a shared worker thread: the next context runs alone
-        # Instances whose runtime failed them (it did not start, or died under them): retried after a
-        # delay that doubles with each failure in a row, so a broken runtime is not a busy loop.
-        self.failures: dict[str, int] = {}
-        self.deaths: dict[str, tuple[tuple[str, tuple[int, ...]], int]] = {}  # (why, progress), in a row
-        self.retries: list[tuple[int, str]] = []
+        self.scheduler = Scheduler(settings, self.limits, self)
         # Terminates of instances with a live run, decided in `ended` once its stop is proven (WF-26).
         self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance, Answer]]] = {}
         self.intake = Intake(settings, self)
         self.checkpoints = Checkpoints(settings, self)
-        self.reported: set[str] = set()
-        self.stopping_since: dict[str, int] = {}  # delete Operation -> when it first waited for a stop
-        self.reconciling: set[str] = set()  # delete Operations reported `reconciling`
-        self._restarting: asyncio.Future[None] | None = None
+        self.deletes = Deletes(self)
         self.observed: dict[str, dict[str, int]] = {}
-        self.wake = asyncio.Event()
         self.outbox: Outbox | None = None
         self.last_put: asyncio.Future[None] | None = None
         self.runtimes = Runtimes()  # one per kind
@@ -139,9 +128,7 @@ class Engine:
         if isinstance(rec, r.InstancesPurged) or not isinstance(rec, r.WorkflowRecord):
             return  # the marker after the per-instance purges (WF-13); nothing else is on this log
         if self.table.fold(key, rec) is not None:  # purged: nothing of it is kept
-            self.failures.pop(key, None)
-            self.deaths.pop(key, None)
-            self.solo.discard(key)
+            self.scheduler.forget(key)
 
     def adopt(self, key: str, inst: Instance) -> None:
         """An instance as a snapshot holds it (`_checkpoints`): in the table as if folded."""
@@ -244,8 +231,7 @@ class Engine:
     def apply(self, key: str, decision: d.Decision) -> "asyncio.Future[None]":
         fut = self.emit(key, decision.records)
         if decision.runnable:
-            self.runnable.add(key)
-            self.wake.set()
+            self.scheduler.mark(key)
         return fut
 
     # ---- runs ------------------------------------------------------------------------------
@@ -256,97 +242,19 @@ class Engine:
         self.runs.pop(key, None)
         if self.closing:  # the engine is going down: the next one decides from the log
             return
-        inst = self.instances.get(key)
-        futures = []
-        delay: int | None = None  # the next context only after a delay: the last one failed
-        if inst is not None and inst.owner == run.token:
-            decision, delay = self._after(run, inst, outcome, now)
-            futures.append(self.apply(key, decision))
-        elif inst is not None and outcome.reason == "no_code":
-            self.blocked.add(key)
-        if outcome.reason == RUNTIME_FAILED and run.ctx is None:  # the runtime did not start: no code ran
-            failures = self.failures[key] = self.failures.get(key, 0) + 1
-            delay = _backoff(failures)
-        else:
-            self.failures.pop(key, None)
+        decision, delay = self.scheduler.ended(run, outcome, now)
+        futures = [] if decision is None else [self.apply(key, decision)]
         for caller, cmd, answer in self.terminates.pop(key, []):
             futures.append(self._terminate_now(key, cmd, caller, answer))
-        inst = self.instances.get(key)
-        if delay is not None:
-            heapq.heappush(self.retries, (now + delay, key))
-        elif inst is not None and d.needs_context(inst, now):
-            self.runnable.add(key)
-        self.wake.set()
+        self.scheduler.requeue(key, delay, now)  # after the terminates: a terminated instance needs none
         for fut in futures:
             await fut
 
-    def _after(
-        self, run: ContextRun, inst: Instance, outcome: WorkflowOutcome, now: int
-    ) -> tuple[d.Decision, int | None]:
-        """What the stopped context's outcome publishes, and the delay before the next context."""
-        if run.after_stop:  # a Host limit (WF-38)
-            return d.Decision(run.after_stop), None
-        if run.stopping:  # terminate, delete or shutdown: whoever stopped it decides
-            return d.Decision(), None
-        if outcome.kind == "stopped" and outcome.reason in LIMIT_STOPS:
-            return d.outcome(inst, "errored", now, reason="run_threw", message=f"{outcome.reason}"), None
-        if outcome.kind == "stopped" and outcome.reason == "evicted":  # a neighbour's fault, not a failure
-            self.solo.add(run.key)
-            return d.Decision(runnable=True), None
-        if outcome.reason == RUNTIME_FAILED and run.ctx is None:
-            return d.Decision(), None  # the runtime did not start: retried after a delay (`ended`)
-        why = _death(run, outcome)
-        if why is not None:
-            return self._died(run.key, inst, why, now)
-        self.deaths.pop(run.key, None)
-        return d.outcome(inst, outcome.kind, now, outcome.output, outcome.reason, outcome.message), None
-
-    def _died(self, key: str, inst: Instance, why: str, now: int) -> tuple[d.Decision, int | None]:
-        """A context died without the Host asking (a protocol rejection, a Host bug, a runtime
-        failure). The next one replays after a growing delay; the same attempt dying the same
-        way DEATHS_TO_END times in a row ends the instance, so effects are not re-run without
-        bound (WF-41, WF-22)."""
-        signature = (why, _progress(inst))
-        last, count = self.deaths.get(key, (None, 0))
-        count = count + 1 if last == signature else 1
-        log.warning("instance %s: its context died (%s), %d time(s) in a row at the same step", key, why, count)
-        if count < DEATHS_TO_END:
-            self.deaths[key] = (signature, count)
-            return d.Decision(), _backoff(count)
-        self.deaths.pop(key, None)
-        message = f"the execution context died {count} times in a row at the same step: {why}"
-        return d.outcome(inst, "errored", now, reason="run_threw", message=message[:MAX_DEATH_TEXT]), None
-
-    def _start_runs(self, now: int) -> None:
-        """Live contexts are shared fairly among Spaces (`workflow_contexts` in all, at most
-        `workflow_contexts_per_space` to one Space): a Space whose instances all wait inside
-        their effects holds its share, never another Space's. More runnable instances wait."""
-        free = self.settings.workflow_contexts - len(self.runs)
-        if free <= 0 or not self.runnable:
-            return
-        waiting: dict[str, list[str]] = {}
-        for key in sorted(self.runnable):
-            inst = self.instances.get(key)
-            waiting.setdefault("" if inst is None else inst.space, []).append(key)
-        held: dict[str, int] = {}
-        for key in self.runs:
-            inst = self.instances.get(key)
-            space = "" if inst is None else inst.space
-            held[space] = held.get(space, 0) + 1
-        for key in fair.admit(waiting, held, free, self.settings.workflow_contexts_per_space):
-            self.runnable.discard(key)
-            inst = self.instances.get(key)
-            if key in self.runs or inst is None or not d.needs_context(inst, now):
-                continue
-            wf = self.control.workflow(inst.workflow_uid)
-            allocation = self.control.allocation(wf) if wf is not None and wf.state != "deleting" else []
-            if wf is None or wf.class_name is None or not allocation:
-                self.blocked.add(key)  # no usable Version: it runs once the control log gives one
-                continue
-            run = ContextRun(self, key, wf.class_name, allocation, solo=key in self.solo)
-            self.solo.discard(key)
-            self.runs[key] = run
-            run.start()
+    def start_run(self, key: str, class_name: str, allocation: list[tuple[str, int]], solo: bool) -> None:
+        """A new execution context for the instance (the scheduler's choice), live from now on."""
+        run = ContextRun(self, key, class_name, allocation, solo=solo)
+        self.runs[key] = run
+        run.start()
 
     async def runtime(self, kind: str, space: str = "") -> Runtime:
         """The one runtime of a kind for a Space, started once however many runs ask at the same time."""
@@ -359,63 +267,21 @@ class Engine:
         self.spares.forget()
         await self.runtimes.restart()
 
-    # ---- the scheduler ---------------------------------------------------------------------
+    # ---- the clock ---------------------------------------------------------------------------
 
     def step(self) -> int | None:
-        """Decide everything that is due now; return when to look again."""
+        """Decide everything that is due now; return when to look again. Deletes and reports go
+        between the timers and the starts, so a context is never started for an instance this
+        step purges."""
         now = self.now()
-        for key, inst in self.table.due_now(now):
-            decision = d.due(inst, now, self.limits, key in self.runs)
-            if decision.stop and key in self.runs:
-                self.runs[key].stop(decision.after_stop)
-            self.apply(key, decision)
-        while self.retries and self.retries[0][0] <= now:
-            self.runnable.add(heapq.heappop(self.retries)[1])
-        self._deletes()
+        self.scheduler.fire(now)
+        self.deletes.step()
         if now - self._last_observe >= OBSERVE_MS:
             self._last_observe = now
             self._observe()
             self.spares.retire({v for wf in self.control.workflows() for v, _ in self.control.allocation(wf)})
-        self._start_runs(now)
-        due = self.table.next_due()
-        retry = self.retries[0][0] if self.retries else None
-        return min((t for t in (due, retry) if t is not None), default=None)
-
-    def _deletes(self) -> None:
-        """WF-13, WF-14: intake closed, contexts stopped, then every instance purged and the delete reported."""
-        for wf in self.control.workflows():
-            op = self.control.deleting(wf.uid) if wf.state == "deleting" else None
-            if op is None or op in self.reported:
-                continue
-            keys = self.table.keys(wf.uid)
-            live = [k for k in keys if k in self.runs]
-            for k in live:
-                self.runs[k].stop()
-            now = self.now()
-            if live:  # reported once every context is confirmed stopped
-                if now - self.stopping_since.setdefault(op, now) >= STOP_PROOF_MS:
-                    self._reconcile_stop(wf.space, op)
-                continue
-            for k in keys:
-                inst = self.instances[k]
-                self.emit(k, [r.InstancePurged(wf.uid, inst.instance_id, now)])
-            report = OperationReport(operation_id=op, outcome="succeeded", effect="complete")
-            self.emit(wf.uid, [r.InstancesPurged(wf.uid, now, op), self.control_command(wf.space, report)])
-            self.reported.add(op)
-            self.stopping_since.pop(op, None)
-
-    def _reconcile_stop(self, space: str, op: str) -> None:
-        """WF-14: a stop the runtime does not confirm (e.g. its process hangs) leaves the delete
-        unproven. The same Operation is reported `reconciling` (once; effect unknown), and the stop
-        is proven the only certain way: the runtime processes exit, taking every context with them
-        (contexts of other instances end as stopped and replay in new ones)."""
-        if op not in self.reconciling:
-            self.reconciling.add(op)
-            problem = Problem("backend_unavailable", "a context's stop was not confirmed; stopping its runtime")
-            report = OperationReport(operation_id=op, outcome="reconciling", effect="unknown", error=problem.to_json())
-            self.emit(space, [self.control_command(space, report)])
-        if self._restarting is None or self._restarting.done():
-            self._restarting = asyncio.ensure_future(self.restart_runtimes())
+        self.scheduler.start_runs(now)
+        return self.scheduler.next_look()
 
     def _observe(self) -> None:
         """WF-9: instance counts per status, reported to the control plane when they change.
@@ -431,7 +297,7 @@ class Engine:
                 self.emit(wf.uid, [self.control_command(wf.space, observe)])
 
     async def schedule(self) -> None:
-        await clock.drive(self.step, self.wake)
+        await clock.drive(self.step, self.scheduler.wake)
 
     # ---- reading the logs ------------------------------------------------------------------
 
@@ -457,11 +323,6 @@ class Engine:
 
     def _fold_control(self, m: Any, before_end: bool = True) -> None:
         kafka.fold_or_skip("workflow-engine", m, self.control.fold)
-
-    def _control_changed(self) -> None:
-        self.runnable |= self.blocked  # a Version may have become usable
-        self.blocked.clear()
-        self.wake.set()
 
     async def run(self) -> None:
         kafka.shorten_txn_retry()
@@ -519,16 +380,15 @@ class Engine:
             self.outbox = Outbox(producers, self.settings.partitions)
             self.checkpoints.rebuilt(ends)
             self.outbox.on_idle = self.checkpoints.idle
-            now = self.now()
-            self.runnable = {k for k, inst in self.instances.items() if d.needs_context(inst, now)}
+            self.scheduler.rebuilt(self.now())
             # A TaskGroup: one failure (a fenced producer above all) cancels every other loop at once.
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.outbox.run())
                 tasks.create_task(self.schedule())
-                tasks.create_task(kafka.follow(commands, self.intake.take, self.wake.set, max_records=1000))
+                tasks.create_task(kafka.follow(commands, self.intake.take, self.scheduler.wake.set, max_records=1000))
                 tasks.create_task(self.intake.commit_offsets(commands, admin))
                 tasks.create_task(member.until_lost())
-                tasks.create_task(kafka.follow(control_reader, self._fold_control, self._control_changed))
+                tasks.create_task(kafka.follow(control_reader, self._fold_control, self.scheduler.unblock))
                 tasks.create_task(self.intake.recheck(control_reader, control_tps))
                 refresh = lambda: self._refresh_metrics([commands, control_reader])  # noqa: E731
                 tasks.create_task(exporter.export(self.settings, "workflow", self.registry, refresh))
@@ -560,25 +420,6 @@ def warn_if_nonconformant(settings: Settings) -> None:
     """Settings only SUMI_NONCONFORMANT_TEST_SETTINGS=1 allows are said at start, every time."""
     for why in settings.nonconformance():
         log.warning("this Host is not conformant to DurableWorkflow 0.3.0: %s", why)
-
-
-def _backoff(failures: int) -> int:
-    return int(min(RETRY_FIRST_MS << (failures - 1), RETRY_MAX_MS))
-
-
-def _death(run: ContextRun, outcome: WorkflowOutcome) -> str | None:
-    """Why the context died without the Host asking, or None: it ended as the Host asked or as
-    the run decided."""
-    if outcome.kind == "stopped":
-        return f"{outcome.reason}: {outcome.message}" if outcome.message else str(outcome.reason)
-    if outcome.kind == "suspended" and not run.closed:  # the runtime gave up on a host call the Host failed
-        return f"a host call failed: {run.refused or 'unknown'}"
-    return None
-
-
-def _progress(inst: Instance) -> tuple[int, ...]:
-    """Where the run is: steps completed, attempts committed, steps begun."""
-    return len(inst.completed), sum(inst.attempts.values()), len(inst.pending)
 
 
 def _settle(answer: Answer, committed: "asyncio.Future[None]", record: r.CommandDecided) -> None:

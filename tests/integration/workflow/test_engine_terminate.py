@@ -67,7 +67,7 @@ class Eager(Engine):
 
     async def ended(self, run: ContextRun, outcome: WorkflowOutcome) -> None:
         await super().ended(run, outcome)
-        self._start_runs(self.now())
+        self.scheduler.start_runs(self.now())
 
 
 async def test_a_terminate_through_the_caller_binding_is_decided_before_any_new_context(
