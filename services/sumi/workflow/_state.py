@@ -74,8 +74,8 @@ class Instance:
     version_uid: str | None = None
     completed: dict[str, Step] = field(default_factory=dict)
     pending: dict[str, str] = field(default_factory=dict)  # unfinished names seen: name -> kind (WF-35)
-    configs: dict[str, str] = field(default_factory=dict)  # do: the first saved retry configuration (WF-37)
-    attempts: dict[str, int] = field(default_factory=dict)  # do: attempts committed so far
+    configs: dict[str, str] = field(default_factory=dict)  # unfinished do: the first saved retry configuration (WF-37)
+    attempts: dict[str, int] = field(default_factory=dict)  # unfinished do: attempts committed so far
     timer: Timer | None = None
     events: list[Event] = field(default_factory=list)  # unconsumed, in acceptance order (WF-43)
     events_bytes: int = 0
@@ -150,20 +150,24 @@ def _context_started(inst: Instance, rec: r.InstanceContextStarted) -> None:
 
 
 def _step(inst: Instance, rec: r.StepAttemptCommitted) -> None:
-    if rec.config is not None:
-        inst.configs.setdefault(rec.name, rec.config)
-    if rec.kind == "do":
-        inst.attempts[rec.name] = rec.attempt
     if rec.eventSequence is not None:
         _consume(inst, rec.eventSequence)
     kind = sys.intern(rec.kind)
     if rec.final:
+        # A completed name is replayed, never attempted again: its retry configuration and
+        # attempts are read only while it is unfinished (WF-37, WF-40), so they go with it.
+        inst.configs.pop(rec.name, None)
+        inst.attempts.pop(rec.name, None)
         inst.pending.pop(rec.name, None)
         inst.completed[rec.name] = Step(rec.name, kind, rec.ok, rec.result, rec.errorName, rec.errorMessage)
         if inst.timer is not None and inst.timer.name == rec.name:
             inst.timer = None
-    else:
-        inst.pending[rec.name] = kind
+        return
+    if rec.config is not None:
+        inst.configs.setdefault(rec.name, rec.config)
+    if rec.kind == "do":
+        inst.attempts[rec.name] = rec.attempt
+    inst.pending[rec.name] = kind
 
 
 def _consume(inst: Instance, sequence: int) -> None:

@@ -185,3 +185,22 @@ def test_names_many_instances_share_are_held_once() -> None:
 
 def codec_rec(rec: r.WorkflowRecord) -> Any:
     return codec.decode(codec.encode(rec))
+
+
+def test_a_completed_step_keeps_no_retry_configuration_or_attempts() -> None:
+    # WF-37, WF-40, WF-41: read only while the step is unfinished; a completed name is replayed
+    sim = Sim()
+    sim.create()
+    sim.start()
+    sim.do("once", result={"r": 1}, config={"maxAttempts": 2})
+    sim.do("flaky", ok=False, config={"maxAttempts": 3, "initialDelaySeconds": 0})
+    inst = sim.inst
+    assert inst is not None
+    assert list(inst.configs) == list(inst.attempts) == ["flaky"] and inst.attempts["flaky"] == 1
+    sim.tick(sim.now)
+    sim.start()
+    again = sim.do("flaky", ok=True, result={"r": 2}, config={"maxAttempts": 9})  # the saved one stands
+    assert isinstance(again.records[0], r.StepAttemptCommitted) and again.records[0].attempt == 2
+    assert inst.configs == {} and inst.attempts == {} and set(inst.completed) == {"once", "flaky"}
+    assert sim.call("step.do", name="once", ok=True, result={"r": 3}).reply == {"action": "resolve", "result": {"r": 1}}
+    assert sim.rebuilt() == inst
