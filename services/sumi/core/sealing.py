@@ -17,6 +17,7 @@ Keys are Host secrets: `DataKey.key` is left out of its repr, and nothing here l
 import base64
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,11 +65,16 @@ def unseal(key: r.DataKey, text: str) -> str | None:
 @dataclass
 class KeyRing:
     """The data keys still alive: the fold of the key topic (a tombstone drops its key), with
-    the indexes a purge needs (every key of an instance, of a Workflow)."""
+    the indexes a purge needs (every key of an instance, of a Workflow).
+
+    Held per instance, for as long as the instance is retained: so an instance's one key is a
+    string in `of_instance` (a set only once an event has a key too), the instance's key is
+    named by the same (workflow UID, instance ID) tuple, and a Workflow's UID is held once."""
 
     keys: dict[str, r.DataKey] = field(default_factory=dict)
-    of_instance: dict[tuple[str, str], set[str]] = field(default_factory=dict)
-    named: dict[tuple[str, str, int | None], str] = field(default_factory=dict)  # (wf, id, seq) -> key ID
+    of_instance: dict[tuple[str, str], str | set[str]] = field(default_factory=dict)  # key ID(s)
+    # (wf, id) -> the instance's key ID; (wf, id, seq) -> an event's
+    named: dict[tuple[str, str] | tuple[str, str, int], str] = field(default_factory=dict)
 
     def fold(self, key_id: str, value: r.Record | None) -> None:
         """One record of the key topic under its key: a tombstone (None) drops the key; only a
@@ -79,33 +85,46 @@ class KeyRing:
             self.add(value)
 
     def add(self, key: r.DataKey) -> None:
+        if sys.intern(key.workflowUid) is not key.workflowUid:
+            key = dataclasses.replace(key, workflowUid=sys.intern(key.workflowUid))
         self.keys[key.keyId] = key
-        self.of_instance.setdefault((key.workflowUid, key.instanceId), set()).add(key.keyId)
-        self.named[(key.workflowUid, key.instanceId, key.sequence)] = key.keyId
+        owner = (key.workflowUid, key.instanceId)
+        held = self.of_instance.get(owner)
+        if held is None or held == key.keyId:
+            self.of_instance[owner] = key.keyId
+        elif isinstance(held, str):
+            self.of_instance[owner] = {held, key.keyId}
+        else:
+            held.add(key.keyId)
+        self.named[owner if key.sequence is None else (*owner, key.sequence)] = key.keyId
 
     def drop(self, key_id: str) -> None:
         key = self.keys.pop(key_id, None)
         if key is None:
             return
         owner = (key.workflowUid, key.instanceId)
-        ids = self.of_instance.get(owner)
-        if ids is not None:
-            ids.discard(key_id)
-            if not ids:
-                del self.of_instance[owner]
-        if self.named.get((*owner, key.sequence)) == key_id:
-            del self.named[(*owner, key.sequence)]
+        held = self.of_instance.get(owner)
+        if held == key_id:
+            del self.of_instance[owner]
+        elif isinstance(held, set):
+            held.discard(key_id)
+            if len(held) == 1:
+                self.of_instance[owner] = held.pop()
+        name = owner if key.sequence is None else (*owner, key.sequence)
+        if self.named.get(name) == key_id:
+            del self.named[name]
 
     def key_for(self, workflow_uid: str, instance_id: str, sequence: int | None = None) -> r.DataKey | None:
         """The instance's key (sequence None) or one event's key, while it lives."""
-        key_id = self.named.get((workflow_uid, instance_id, sequence))
+        name = (workflow_uid, instance_id) if sequence is None else (workflow_uid, instance_id, sequence)
+        key_id = self.named.get(name)
         return None if key_id is None else self.keys.get(key_id)
 
     def keys_of(self, workflow_uid: str, instance_id: str) -> list[str]:
-        return sorted(self.of_instance.get((workflow_uid, instance_id), ()))
+        return sorted(_ids(self.of_instance.get((workflow_uid, instance_id))))
 
     def keys_of_workflow(self, workflow_uid: str) -> list[str]:
-        return sorted(k for (wf, _), ids in self.of_instance.items() if wf == workflow_uid for k in ids)
+        return sorted(k for (wf, _), ids in self.of_instance.items() if wf == workflow_uid for k in _ids(ids))
 
     def open(self, text: str | None) -> str | None:
         """A document as the log holds it, opened: plain text as is; sealed text with its key,
@@ -114,6 +133,10 @@ class KeyRing:
             return text
         key = self.keys.get(key_id_of(text))
         return None if key is None else unseal(key, text)
+
+
+def _ids(held: str | set[str] | None) -> set[str] | tuple[str, ...]:
+    return (held,) if isinstance(held, str) else held or ()
 
 
 # The document fields of each record type (DOC-5 documents, and the worker's error messages).

@@ -12,12 +12,13 @@ as absent, as the fold reads it. A document the log holds unsealed (no key was m
 is held unsealed here too.
 """
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sumi.core import sealing
 from sumi.core.records import DataKey, WorkflowSnapshotChunk
-from sumi.workflow._state import Event, Instance, Step, Timer
+from sumi.workflow._state import Event, Instance, Step, Timer, settled
 
 CHUNK_BYTES = 512 << 10
 _PER_INSTANCE = 160  # the fields beside the documents, about
@@ -87,38 +88,45 @@ def fold_of(key: str, inst: Instance, ring: sealing.KeyRing) -> dict[str, Any]:
 
 
 def instance_of(f: Mapping[str, Any], ring: sealing.KeyRing) -> Instance:
-    """An InstanceFold record as the fold holds it: documents opened with the keys alive."""
+    """An InstanceFold record as the fold holds it: documents opened with the keys alive, a
+    terminal instance settled (`_state.settled`), names shared."""
     reason = f["errorReason"]
-    return Instance(
-        f["workflowUid"],
-        f["instanceId"],
-        f["space"],
-        ring.open(f["params"]),
-        f["createdAt"],
-        f["status"],
-        ring.open(f["output"]),
-        (reason, ring.open(f["errorMessage"])) if reason is not None else None,
-        f["owner"],
-        f["contexts"],
-        f["versionUid"],
-        completed={
-            s["name"]: Step(
-                s["name"], s["kind"], s["ok"], ring.open(s["result"]), s["errorName"], ring.open(s["errorMessage"])
-            )
-            for s in f["completed"]
-        },
-        pending=dict(zip(f["pendingNames"], f["pendingKinds"], strict=True)),
-        configs=dict(zip(f["configNames"], f["configs"], strict=True)),
-        attempts=dict(zip(f["attemptNames"], f["attempts"], strict=True)),
-        timer=None
-        if f["timer"] is None
-        else Timer(
-            f["timer"]["kind"], f["timer"]["name"], f["timer"]["due"], f["timer"]["eventType"], f["timer"]["attempt"]
-        ),
-        events=[Event(e["sequence"], e["type"], ring.open(e["payload"]), e["size"]) for e in f["events"]],
-        events_bytes=f["eventsBytes"],
-        next_sequence=f["nextSequence"],
-        terminal_at=f["terminalAt"],
+    return settled(
+        Instance(
+            sys.intern(f["workflowUid"]),
+            f["instanceId"],
+            sys.intern(f["space"]),
+            ring.open(f["params"]),
+            f["createdAt"],
+            sys.intern(f["status"]),
+            ring.open(f["output"]),
+            (sys.intern(reason), ring.open(f["errorMessage"])) if reason is not None else None,
+            f["owner"],
+            f["contexts"],
+            None if f["versionUid"] is None else sys.intern(f["versionUid"]),
+            completed={
+                s["name"]: Step(
+                    s["name"], s["kind"], s["ok"], ring.open(s["result"]), s["errorName"], ring.open(s["errorMessage"])
+                )
+                for s in f["completed"]
+            },
+            pending=dict(zip(f["pendingNames"], f["pendingKinds"], strict=True)),
+            configs=dict(zip(f["configNames"], f["configs"], strict=True)),
+            attempts=dict(zip(f["attemptNames"], f["attempts"], strict=True)),
+            timer=None
+            if f["timer"] is None
+            else Timer(
+                f["timer"]["kind"],
+                f["timer"]["name"],
+                f["timer"]["due"],
+                f["timer"]["eventType"],
+                f["timer"]["attempt"],
+            ),
+            events=[Event(e["sequence"], e["type"], ring.open(e["payload"]), e["size"]) for e in f["events"]],
+            events_bytes=f["eventsBytes"],
+            next_sequence=f["nextSequence"],
+            terminal_at=f["terminalAt"],
+        )
     )
 
 

@@ -9,8 +9,16 @@ Statuses (WF-21): `InstanceCreated` means `queued`; every later status is an
 `InstanceStatusChanged`. Between a failed attempt and its retry the instance stays
 `running` (its run is in progress, no context is alive). A terminal transition
 drops the unmatched events (WF-25) and starts the retention period (WF-47).
+
+Bounded memory (issue 17): most instances are terminal and stay until their retention ends,
+so a terminal transition also drops what nothing reads of a terminal instance any more — its
+params, completed and pending steps, retry configurations and attempts (see `_settle`) — and
+the names many instances share (a Workflow's UID, a Space, a Version's UID, a status or an
+error reason) are held once (`sys.intern`), not once per instance as the log's decoder makes
+them.
 """
 
+import sys
 from dataclasses import dataclass, field
 from typing import assert_never
 
@@ -20,7 +28,7 @@ from sumi.core import records as r
 TERMINAL = frozenset({"complete", "errored", "terminated"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     """A completed step (WF-36): replayed with its recorded result, never run again."""
 
@@ -32,7 +40,7 @@ class Step:
     error_message: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     sequence: int
     type: str
@@ -40,7 +48,7 @@ class Event:
     size: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Timer:
     """A pending sleep, wait or retry: what fires, and when (epoch ms)."""
 
@@ -51,7 +59,7 @@ class Timer:
     attempt: int = 0  # retry: the attempt that runs next
 
 
-@dataclass
+@dataclass(slots=True)
 class Instance:
     workflow_uid: str
     instance_id: str
@@ -66,8 +74,8 @@ class Instance:
     version_uid: str | None = None
     completed: dict[str, Step] = field(default_factory=dict)
     pending: dict[str, str] = field(default_factory=dict)  # unfinished names seen: name -> kind (WF-35)
-    configs: dict[str, str] = field(default_factory=dict)  # do: the first saved retry configuration (WF-37)
-    attempts: dict[str, int] = field(default_factory=dict)  # do: attempts committed so far
+    configs: dict[str, str] = field(default_factory=dict)  # unfinished do: the first saved retry configuration (WF-37)
+    attempts: dict[str, int] = field(default_factory=dict)  # unfinished do: attempts committed so far
     timer: Timer | None = None
     events: list[Event] = field(default_factory=list)  # unconsumed, in acceptance order (WF-43)
     events_bytes: int = 0
@@ -104,9 +112,11 @@ def evolve(inst: Instance | None, rec: LogRecord) -> Instance | None:
     if isinstance(rec, r.InstanceCreated):
         if inst is not None and not inst.purged:
             return inst  # a re-sent create of a retained ID: the first one stands (WF-19)
-        return Instance(rec.workflowUid, rec.instanceId, rec.space, rec.params, rec.createdAt)
+        return Instance(sys.intern(rec.workflowUid), rec.instanceId, sys.intern(rec.space), rec.params, rec.createdAt)
     if inst is None or inst.purged:
         return inst
+    if inst.events is _NO_EVENTS and isinstance(rec, _GROWS):
+        _thaw(inst)  # after a terminal status no decision makes one: folded all the same
     match rec:
         case r.InstanceContextStarted():
             _context_started(inst, rec)
@@ -128,29 +138,36 @@ def evolve(inst: Instance | None, rec: LogRecord) -> Instance | None:
             pass  # an answer: it changes no instance
         case _:
             assert_never(rec)
+    if inst.terminal:
+        _settle(inst)
     return inst
 
 
 def _context_started(inst: Instance, rec: r.InstanceContextStarted) -> None:
-    inst.owner, inst.contexts, inst.version_uid = rec.ownerToken, rec.context, rec.versionUid
+    inst.owner, inst.contexts, inst.version_uid = rec.ownerToken, rec.context, sys.intern(rec.versionUid)
     if inst.timer is not None and inst.timer.kind == "retry":
         inst.timer = None  # the retry runs in this context
 
 
 def _step(inst: Instance, rec: r.StepAttemptCommitted) -> None:
+    if rec.eventSequence is not None:
+        _consume(inst, rec.eventSequence)
+    kind = sys.intern(rec.kind)
+    if rec.final:
+        # A completed name is replayed, never attempted again: its retry configuration and
+        # attempts are read only while it is unfinished (WF-37, WF-40), so they go with it.
+        inst.configs.pop(rec.name, None)
+        inst.attempts.pop(rec.name, None)
+        inst.pending.pop(rec.name, None)
+        inst.completed[rec.name] = Step(rec.name, kind, rec.ok, rec.result, rec.errorName, rec.errorMessage)
+        if inst.timer is not None and inst.timer.name == rec.name:
+            inst.timer = None
+        return
     if rec.config is not None:
         inst.configs.setdefault(rec.name, rec.config)
     if rec.kind == "do":
         inst.attempts[rec.name] = rec.attempt
-    if rec.eventSequence is not None:
-        _consume(inst, rec.eventSequence)
-    if rec.final:
-        inst.pending.pop(rec.name, None)
-        inst.completed[rec.name] = Step(rec.name, rec.kind, rec.ok, rec.result, rec.errorName, rec.errorMessage)
-        if inst.timer is not None and inst.timer.name == rec.name:
-            inst.timer = None
-    else:
-        inst.pending[rec.name] = rec.kind
+    inst.pending[rec.name] = kind
 
 
 def _consume(inst: Instance, sequence: int) -> None:
@@ -185,13 +202,57 @@ def _event(inst: Instance, rec: r.EventAccepted) -> None:
 
 
 def _status(inst: Instance, rec: r.InstanceStatusChanged) -> None:
-    inst.status = rec.status
+    inst.status = sys.intern(rec.status)
     if rec.status in TERMINAL:
         inst.output = rec.output
-        inst.error = (rec.errorReason, rec.errorMessage) if rec.errorReason is not None else None
+        inst.error = (sys.intern(rec.errorReason), rec.errorMessage) if rec.errorReason is not None else None
         inst.terminal_at = rec.at
         inst.timer, inst.owner = None, None
-        inst.events, inst.events_bytes = [], 0  # WF-25
+        inst.events_bytes = 0  # the unmatched events are dropped (WF-25), with the rest (`_settle`)
+
+
+# What a terminal instance holds instead of its own containers: one empty of each, shared by
+# every terminal instance and never written (`_thaw` gives an instance its own before a record
+# would write one).
+_NO_STEPS: dict[str, Step] = {}
+_NO_NAMES: dict[str, str] = {}
+_NO_CONFIGS: dict[str, str] = {}
+_NO_ATTEMPTS: dict[str, int] = {}
+_NO_EVENTS: list[Event] = []
+# The records that write an instance's containers.
+_GROWS = (r.StepAttemptCommitted, r.SleepScheduled, r.WaitScheduled, r.RetryScheduled, r.EventAccepted)
+
+
+def _settle(inst: Instance) -> None:
+    """Drop what nothing reads of a terminal instance. A terminal instance never runs again, so
+    its params, steps, retry configurations and attempts are read by no decision, no context and
+    no binding; what is kept answers every question asked of it until its purge: its identity
+    and Space (the log key, a binding, metrics), its status, output and error (a binding's
+    status(), a terminate's answer, the counts), when it ended (the retention purge) and its
+    last context's number and Version. `owner`, `timer` and the events are already cleared by
+    the terminal transition itself. Done after every record folded into a terminal instance,
+    so the fold holds every terminal instance in this form, whatever its log (a snapshot's
+    restore too: `settled`)."""
+    inst.params = None
+    inst.completed, inst.pending, inst.configs, inst.attempts = _NO_STEPS, _NO_NAMES, _NO_CONFIGS, _NO_ATTEMPTS
+    inst.events = _NO_EVENTS
+
+
+def settled(inst: Instance) -> Instance:
+    """An instance restored whole (from a snapshot, perhaps one written before terminal
+    instances were settled) in the form the fold of its log holds it."""
+    if inst.terminal:
+        _settle(inst)
+    return inst
+
+
+def _thaw(inst: Instance) -> None:
+    """Own containers in place of the shared empties, before a record writes one."""
+    inst.completed = {} if inst.completed is _NO_STEPS else inst.completed
+    inst.pending = {} if inst.pending is _NO_NAMES else inst.pending
+    inst.configs = {} if inst.configs is _NO_CONFIGS else inst.configs
+    inst.attempts = {} if inst.attempts is _NO_ATTEMPTS else inst.attempts
+    inst.events = []
 
 
 @dataclass

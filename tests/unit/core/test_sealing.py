@@ -70,3 +70,21 @@ def test_records_are_sealed_field_by_field_and_opened_back() -> None:  # WF-13 (
 
 def test_the_key_is_never_in_its_repr() -> None:  # docs/security.md: keys are Host secrets
     assert KEY.key.hex() not in repr(KEY) and repr(KEY.key) not in repr(KEY)
+
+
+def test_the_key_ring_holds_one_key_id_per_instance_and_a_set_only_with_event_keys() -> None:
+    # WF-13, WF-25, WF-47: the ring's indexes answer as before, held compactly
+    ring = sealing.KeyRing()
+    own = sealing.new_key("dk_i", "wf_1", "i1", 1)
+    ev1, ev2 = (sealing.new_key(f"dk_e{s}", "wf_1", "i1", 1, s) for s in (1, 2))
+    ring.add(own)
+    assert ring.of_instance[("wf_1", "i1")] == "dk_i" and ring.key_for("wf_1", "i1") == own
+    ring.add(ev1)
+    ring.add(ev2)
+    assert ring.keys_of("wf_1", "i1") == ["dk_e1", "dk_e2", "dk_i"] and ring.key_for("wf_1", "i1", 2) == ev2
+    ring.drop("dk_e1")
+    ring.drop("dk_e2")
+    assert ring.of_instance[("wf_1", "i1")] == "dk_i" and ring.key_for("wf_1", "i1", 1) is None
+    assert ring.keys_of_workflow("wf_1") == ["dk_i"]
+    ring.drop("dk_i")
+    assert ring.keys_of("wf_1", "i1") == [] and ring.of_instance == {} and ring.named == {} and ring.keys == {}
