@@ -227,5 +227,9 @@ def death(run: ContextRun, outcome: WorkflowOutcome) -> str | None:
 
 
 def progress(inst: Instance) -> tuple[int, ...]:
-    """Where the run is: steps completed, attempts committed, steps begun."""
+    """Where the run is: steps completed, attempts of unfinished steps, steps begun.
+
+    Compared only for equality: a completed step drops its attempts, but it
+    also adds one to the completed count, so any commit changes the tuple.
+    """
     return len(inst.completed), sum(inst.attempts.values()), len(inst.pending)
