@@ -17,8 +17,9 @@ they hold in this process only; nothing here is written anywhere.
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate, chain, islice, repeat
+from operator import add, and_, or_, sub
 
 # A row as it leaves: (id, seq, acceptedAt, visibleAt, (partition, offset)); a row is visible
 # on acceptance, so visibleAt is acceptedAt.
@@ -59,20 +60,28 @@ class _Segment:
         self.open.update(zip(hashes, range(row, row + len(hashes)), strict=True))
         self.n += len(hashes)
 
+    @classmethod
+    def sealed(cls, lo: int, hashes: list[int]) -> "_Segment":
+        """A segment of rows lo, lo + 1, ... with these hashes, sealed at once (a bulk restore)."""
+        segment = cls(lo)
+        segment.open = None
+        segment.n = len(hashes)
+        segment.packed = _packed(hashes, range(len(hashes)))
+        return segment
+
     def full(self) -> bool:
         return self.open is not None and self.n >= _SEGMENT
 
     def seal(self) -> None:
         assert self.open is not None
-        lo = self.lo
-        self.packed = array("q", sorted((h & _TOP) | (row - lo) for h, row in self.open.items()))
+        self.packed = _packed(self.open.keys(), map(sub, self.open.values(), repeat(self.lo)))
         self.open = None
 
     def merge(self, later: "_Segment") -> None:
         """Take in the sealed segment right after this one: its places shift by this one's
         size (its order stays), and timsort merges the two sorted runs in linear time."""
         shift = self.n
-        self.packed = array("q", sorted(chain(self.packed, (v + shift for v in later.packed))))
+        self.packed = array("q", sorted(chain(self.packed, map(add, later.packed, repeat(shift)))))
         self.n += later.n
 
     def rows(self, h: int) -> list[int]:
@@ -87,6 +96,11 @@ class _Segment:
             out.append(self.lo + (self.packed[i] & _PLACE))
             i += 1
         return out
+
+
+def _packed(hashes: Iterable[int], places: Iterable[int]) -> array:  # type: ignore[type-arg]
+    """Each hash's top bits with its row's place, sorted (C loops only: a million in ~0.3 s)."""
+    return array("q", sorted(map(or_, map(and_, hashes, repeat(_TOP)), places)))
 
 
 class ColdTail:
@@ -169,8 +183,8 @@ class ColdTail:
         n = len(mids)
         if not n:
             return
-        raw = [mid.encode() for mid in mids]
-        hashes = [hash(mid) for mid in mids]
+        raw = list(map(str.encode, mids))
+        hashes = list(map(hash, mids))
         self._ends.extend(islice(accumulate(map(len, raw), initial=self._base + len(self._ids)), 1, None))
         self._ids += b"".join(raw)
         self._seqs.extend(seqs)
@@ -181,6 +195,11 @@ class ColdTail:
         first = self._start + len(self._seqs) - n
         i = 0
         while i < n:
+            if (not self._segments or self._segments[-1].open is None) and n - i >= _SEGMENT:
+                self._segments.append(_Segment.sealed(first + i, hashes[i : i + _SEGMENT]))
+                self._merge()
+                i += _SEGMENT
+                continue
             if not self._segments or self._segments[-1].open is None:
                 self._segments.append(_Segment(first + i))
             segment = self._segments[-1]

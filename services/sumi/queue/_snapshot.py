@@ -9,13 +9,14 @@ heaps are rebuilt from the messages, so their entries' epochs differ, never thei
 Bodies stay in the log: a restored message keeps only where its MessageAccepted lies, and its
 batch reads it back (`_bodies`), as for any body past the budget. A body the state holds with
 no place in the log (a fold without offsets) is kept in the chunk. A queue's cold tail follows
-its hot window, as more rows of the same columns; a restore puts them back in the tail.
+its hot window in slices of their own (`cold`: IDs and the differences of its numbers, since a
+tail's rows share all but their ID and rising numbers); a restore puts them back in the tail in
+bulk.
 """
 
-import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import accumulate
 from typing import Any
 
 from sumi.core.records import QueueSnapshotChunk
@@ -25,6 +26,7 @@ from sumi.queue._state import Batch, EngineState
 # A chunk is one Kafka record: well under the broker's default 1 MiB, whatever the IDs' lengths.
 CHUNK_BYTES = 512 << 10
 _PER_ITEM = 48  # the columns' bytes beside an ID, about
+_PER_COLD = 32  # a cold row's bytes beside its ID, at most: three longs and the ID's length
 
 
 class _Chunks:
@@ -57,6 +59,7 @@ class _Chunks:
             "purged": q.purged,
             **{column: [] for column in _COLUMNS},
             "settled": [],
+            "cold": {column: [] for column in _COLD},
         }
         self.queues.append(s)
         self.size += len(q.uid) + len(q.space) + _PER_ITEM
@@ -79,6 +82,7 @@ class _Head:
 
 
 _COLUMNS = ("ids", "seqs", "acceptedAt", "visibleAt", "offsets", "deliveries", "batches", "bodies")
+_COLD = ("ids", "seqs", "acceptedAt", "offsets")
 
 
 def capture(
@@ -141,23 +145,6 @@ def capture(
     return _with_cold(chunks, colds), entries
 
 
-def _all_cold(s: dict[str, Any], i: int, last_seq: int) -> bool:
-    """Whether every row of the slice from `i` on would go to the queue's tail (whose last
-    row is `last_seq`) when restored one by one: pending, never delivered, no body held,
-    visible on acceptance, placed in the log, sequence numbers rising (checks in C)."""
-    seqs = s["seqs"][i:]
-    k = len(seqs)
-    return (
-        seqs[0] > last_seq
-        and s["bodies"][i:].count(None) == k
-        and s["batches"][i:].count(None) == k
-        and not any(s["deliveries"][i:])
-        and min(s["offsets"][i:]) >= 0
-        and s["visibleAt"][i:] == s["acceptedAt"][i:]
-        and all(map(operator.lt, seqs, islice(seqs, 1, None)))
-    )
-
-
 def _put(s: dict[str, Any], *row: Any) -> None:
     for column, value in zip(_COLUMNS, row, strict=True):
         s[column].append(value)
@@ -166,15 +153,21 @@ def _put(s: dict[str, Any], *row: Any) -> None:
 def _with_cold(chunks: _Chunks, colds: list[tuple[_Head, Frozen]]) -> Iterator[QueueSnapshotChunk]:
     yield from chunks.take()
     for head, rows in colds:
-        s = chunks.slice_of(head)
-        for mid, seq, accepted_at, visible_at, at in rows:
-            size = len(mid) + _PER_ITEM
+        cold = chunks.slice_of(head)["cold"]
+        before = (0, 0, 0)
+        for mid, seq, accepted_at, _visible_at, at in rows:
+            size = len(mid) + _PER_COLD
             if not chunks.room(size):
                 chunks.cut()
                 yield from chunks.take()
-                s = chunks.slice_of(head)
+                cold = chunks.slice_of(head)["cold"]
+                before = (0, 0, 0)
             chunks.size += size
-            _put(s, mid, seq, accepted_at, visible_at, at[1], 0, None, None)
+            cold["ids"].append(mid)
+            cold["seqs"].append(seq - before[0])
+            cold["acceptedAt"].append(accepted_at - before[1])
+            cold["offsets"].append(at[1] - before[2])
+            before = (seq, accepted_at, at[1])
     yield from chunks.finish()
 
 
@@ -202,13 +195,23 @@ def _restore_slice(state: EngineState, partition: int, s: dict[str, Any]) -> Non
         q = state.queues[s["uid"]] = state.new_queue(s["uid"], s["space"], purged=s["purged"])
     q.next_seq = s["nextSeq"]
     rows: Iterable[tuple[Any, ...]] = zip(*(s[c] for c in _COLUMNS), strict=True)
-    for i, (mid, seq, accepted_at, visible_at, offset, deliveries, batch, body) in enumerate(rows):
-        if q.cold.count and _all_cold(s, i, q.cold.last_seq):
-            # The rest of the slice goes to the tail, as row by row, but in bulk: a million
-            # rows restore in a fraction of a second instead of seconds.
-            q.cold.extend(s["ids"][i:], s["seqs"][i:], s["acceptedAt"][i:], partition, s["offsets"][i:])
-            break
+    for mid, seq, accepted_at, visible_at, offset, deliveries, batch, body in rows:
         at = (partition, offset) if offset >= 0 else None
         q.restore(mid, seq, accepted_at, visible_at, at, deliveries, batch, body)
     for mid in s["settled"]:
         q.settled.add(mid)
+    cold = s["cold"]
+    ids = cold["ids"]
+    if not ids:
+        return
+    seqs = list(accumulate(cold["seqs"]))
+    accepted = list(accumulate(cold["acceptedAt"]))
+    offsets = list(accumulate(cold["offsets"]))
+    i = 0
+    # Row by row until the tail has a row (a hot window configured bigger than the one that
+    # wrote the snapshot takes the first ones); from then on each would go to the tail, so
+    # the rest goes in bulk: a million rows in a fraction of a second.
+    while i < len(ids) and not q.cold.count:
+        q.restore(ids[i], seqs[i], accepted[i], accepted[i], (partition, offsets[i]), 0, None, None)
+        i += 1
+    q.cold.extend(ids[i:], seqs[i:], accepted[i:], partition, offsets[i:])

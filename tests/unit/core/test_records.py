@@ -84,6 +84,7 @@ SAMPLES = [
                 "batches": ["bat_1", None],
                 "bodies": [None, b"hi"],
                 "settled": ["m0"],
+                "cold": {"ids": ["m3", "m4"], "seqs": [2, 1], "acceptedAt": [12, 0], "offsets": [6, 1]},
             }
         ],
         [
@@ -191,8 +192,14 @@ def test_bytes_without_the_single_object_marker_are_refused() -> None:
 
 
 if __name__ == "__main__":
+    # A fixture per schema version: a sample whose current schema has none gets the next number;
+    # an earlier one is never rewritten (its .json is what this build decodes it to).
     FIXTURES.mkdir(parents=True, exist_ok=True)
     for s in SAMPLES:
-        name = type(s).__name__
-        (FIXTURES / f"{name}.1.bin").write_bytes(codec.encode(s))
-        (FIXTURES / f"{name}.1.json").write_text(json.dumps(_jsonable(s), indent=1) + "\n")
+        name, data = type(s).__name__, codec.encode(s)
+        earlier = sorted(FIXTURES.glob(f"{name}.*.bin"))
+        if any(p.read_bytes()[:10] == data[:10] for p in earlier):
+            continue
+        n = len(earlier) + 1
+        (FIXTURES / f"{name}.{n}.bin").write_bytes(data)
+        (FIXTURES / f"{name}.{n}.json").write_text(json.dumps(_jsonable(s), indent=1) + "\n")
