@@ -37,7 +37,11 @@ seen = set()
 for golden in sorted(Path(sys.argv[1]).glob("*.bin")):
     data = golden.read_bytes()
     record = codec.decode(data)
-    assert codec.encode(record) == data, golden.name
+    again = codec.encode(record)
+    if again[:10] == data[:10]:  # written with the current schema: the same bytes
+        assert again == data, golden.name
+    else:  # an earlier schema (schemas/history, in the wheel): upgraded, then stable
+        assert codec.decode(again) == record, golden.name
     seen.add(type(record).__name__)
 missing = set(RECORD_TYPES) - seen
 assert not missing, f"no golden record decoded for {sorted(missing)}"
