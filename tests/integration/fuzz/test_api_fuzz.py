@@ -14,6 +14,7 @@ import httpx
 import hypothesis
 import pytest
 import schemathesis
+import schemathesis.specs.openapi.schemas  # noqa: F401  (why: below)
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -27,6 +28,11 @@ from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, new_space
 from tests.httpkit import QUEUE, WORKFLOW
 
+# schemathesis imports its OpenAPI loader lazily, on the first `from_dict`. In a fresh clone (no
+# .pyc yet) that compiles the module in the middle of the run, and CPython 3.11.7 refused once to
+# build its AST there ("AST constructor recursion depth mismatch", CPython's gh-106905, fixed in
+# later releases); the stateful test then errored and the next one missed its Space delete.
+# Imported here, it is compiled while the tests are collected, on a shallow stack.
 EXAMPLES = int(os.environ.get("SUMI_FUZZ_EXAMPLES", "12"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 seen: dict[tuple[str, str], set[int]] = {}
