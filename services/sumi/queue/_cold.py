@@ -195,12 +195,12 @@ class ColdTail:
         first = self._start + len(self._seqs) - n
         i = 0
         while i < n:
-            if (not self._segments or self._segments[-1].open is None) and n - i >= _SEGMENT:
-                self._segments.append(_Segment.sealed(first + i, hashes[i : i + _SEGMENT]))
-                self._merge()
-                i += _SEGMENT
-                continue
             if not self._segments or self._segments[-1].open is None:
+                if n - i >= _SEGMENT:  # a whole segment's rows: sealed at once, no dict between
+                    self._segments.append(_Segment.sealed(first + i, hashes[i : i + _SEGMENT]))
+                    self._merge()
+                    i += _SEGMENT
+                    continue
                 self._segments.append(_Segment(first + i))
             segment = self._segments[-1]
             take = min(_SEGMENT - segment.n, n - i)
