@@ -54,6 +54,7 @@ from sumi.core.commands import ResourceObserve, submitted
 from sumi.core.config import Settings
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
+from sumi.core.topics import partition_for
 from sumi.engines import exporter
 from sumi.engines.metrics import PlumbingMetrics
 from sumi.engines.runtimes import Runtimes
@@ -91,6 +92,9 @@ class Engine:
     def __init__(self, settings: Settings, limits: d.Limits | None = None) -> None:
         self.settings = settings
         self.limits = limits or limits_of(settings)
+        # The instance log's partitions this replica decides (commands and log share the key, so
+        # the same numbers): an instance of another partition is another replica's.
+        self.owned: frozenset[int] = frozenset(range(settings.partitions))
         self.table = InstanceTable(self.limits)
         self.instances = self.table.instances  # the table's (runs, bindings and checkpoints read it)
         self.ring = sealing.KeyRing()  # the data keys alive: the fold of the key topic
@@ -117,6 +121,10 @@ class Engine:
 
     def now(self) -> int:
         return now_ms()
+
+    def owns(self, key: str) -> bool:
+        """Whether this replica decides the instance (or Workflow) with this log key."""
+        return partition_for(key, self.settings.partitions) in self.owned
 
     # ---- the fold and the outbox ------------------------------------------------------------
 
