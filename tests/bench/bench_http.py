@@ -9,6 +9,7 @@ so every figure includes the gateway, the decision's way back and the read model
 - instances/s, committed steps/s, `POST` latency, create -> complete (as a `GET`
   sees it) and one `step.do` (from the call to its committed result, measured
   inside the workflow), at concurrency 1 and 100;
+- with BENCH_REPLICAS=2: the c=100 run again with a second workflow engine sharing the partitions;
 - CPU seconds per process during the c=100 run;
 - DBOS Transact with the same workflow, same PostgreSQL, same session;
 - the floors measured in the same run: a Kafka transaction commit (one record),
@@ -22,6 +23,8 @@ import asyncio
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -37,11 +40,12 @@ from tests.bench._profile import profiled
 from tests.bench._tail import Tail
 from tests.bench.bench_workflow import STEPS, TEN, dbos_bench, pct, pool
 from tests.conformance.kit import Api, Flows
-from tests.hostkit import Host, SpaceFixture, new_settings, running_host
+from tests.hostkit import Host, SpaceFixture, new_settings, running_host, stable_members
 from tests.httpkit import WORKFLOW, Users
 
 N1 = int(os.environ.get("BENCH_WF_N1", "30"))
 N100 = int(os.environ.get("BENCH_WF_N100", "600"))
+REPLICAS = int(os.environ.get("BENCH_REPLICAS", "1"))  # 2: the c=100 run again with a second workflow engine
 _STATUS_FP = codec.encode(r.InstanceStatusChanged("w", "i", "queued", 0))[2:10]
 _DECIDED_FP = codec.encode(r.CommandDecided("c", "s", "p", "k", True, 201, 0))[2:10]
 _SUBMITTED_FP = codec.encode(r.CommandSubmitted("c", "k", "s", "p", False, "{}", 0))[2:10]
@@ -320,9 +324,35 @@ async def sumi_bench(host: Host) -> list[dict[str, Any]]:
             print(json.dumps({"workflow projection lag (records), every 2 s": await lag_samples(lag)}), flush=True)
             seconds = {k: round(after[k] - before[k], 1) for k in after}
             print(json.dumps({"sumi c=100 cpu seconds": seconds, "wall seconds": round(elapsed, 1)}), flush=True)
+            if REPLICAS > 1:
+                await with_replicas(host, people, flows_of, ends, hundred)
             return [one, hundred]
         finally:
             await ends.stop()
+
+
+async def with_replicas(
+    host: Host, people: Users, flows_of: Callable[[httpx.AsyncClient], Flows], ends: Ends, alone: dict[str, Any]
+) -> None:
+    """The c=100 run again with REPLICAS - 1 more workflow engines sharing the partitions."""
+    env = {**os.environ, **host.settings.to_env()}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "sumi.cli", "serve", "workflow"], env={**env, "SUMI_REPLICA": f"bench-{i}"}
+        )
+        for i in range(1, REPLICAS)
+    ]
+    try:
+        group = f"{host.settings.topic_prefix}-workflow-engine"
+        await stable_members(host.settings.kafka_bootstrap, [group], REPLICAS, 120)
+        await sumi_run(people, flows_of, ends, 20, 20)  # warm-up: the new replica's runtimes
+        scaled = await sumi_run(people, flows_of, ends, N100, 100)
+        ratio = round(scaled["steps_per_s"] / alone["steps_per_s"], 2)
+        print(json.dumps({f"c=100 steps/s, {REPLICAS} workflow engines / one": ratio}), flush=True)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait()
 
 
 async def bench(host: Host) -> None:

@@ -1,8 +1,8 @@
 """Two replicas of the control processor, the verifier, the queue engine and the projections; one
 of each SIGKILLed under load, the other takes its partitions over: nothing lost, nothing decided,
 settled or applied twice (issue 17, item 2). The verifier, the queue engine and the projections
-share their partitions; the control processor, whose decisions span partitions, has one owner
-and a standby.
+share their partitions, and so do the workflow engines; the control processor, whose decisions
+span partitions, has one owner and a standby.
 
 The second replicas are `sumi serve NAME` processes of their own beside the Host's supervised
 ones, with another replica name. The control processor and the verifier fence a lost
@@ -28,6 +28,7 @@ import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from sumi.audit import replay_and_compare
 from sumi.core import records as r
@@ -139,7 +140,7 @@ async def test_second_replicas_killed_under_load_lose_nothing_and_decide_nothing
                 proc.wait()
 
 
-# ---- the workflow engine: a holder and a standby ------------------------------------------------
+# ---- the workflow engine: two replicas sharing the partitions ---------------------------------
 
 FLOW_JS = """
 export default {};
@@ -160,36 +161,46 @@ export class Flow {
 }
 """
 STEPS = 6
-BEFORE, AFTER = 12, 12  # instances created before the holder is killed, and after
+ALONE, HANDED, AFTER = 12, 12, 12  # instances created before the second replica, before the kill, after
 
 
-async def test_a_standby_workflow_engine_takes_over_from_a_killed_holder(own_host: Host) -> None:
-    # WF-46, WF-41, WF-26: the standby fences the holder, replays every running instance in a new
-    # context; every command is decided once and every step committed once, whichever engine ran it.
-    standby = _replica(own_host, "workflow", "second")
+async def test_two_workflow_engines_share_the_partitions_and_one_takes_over_from_the_other(own_host: Host) -> None:
+    # WF-46, WF-41, WF-26: a replica joining takes half the partitions while instances run (the
+    # old owner stops their contexts, proven, before the new one replays them); then the first is
+    # SIGKILLed and the second takes every partition; every command is decided once and every
+    # step committed once, whichever engine ran it.
     group = f"{own_host.settings.topic_prefix}-workflow-engine"
+    second: subprocess.Popen[bytes] | None = None
     try:
-        await stable_members(own_host.settings.kafka_bootstrap, [group], 2)
         async with httpx.AsyncClient(base_url=own_host.url, timeout=60) as c:
             api = Api(c, await new_space(own_host))
             report = await api.queue()
             w = await api.worker(source=FLOW_JS.replace("STEPS", str(STEPS)), handlers=(), bindings={"REPORT": report})
             spec = {"worker": {"resourceUid": w}, "className": "Flow"}
             flows = Flows(api, await api.create(f"wf-{uuid.uuid4().hex[:8]}", WORKFLOW, spec))
-            ids = [await flows.started() for _ in range(BEFORE)]
+            ids = [await flows.started() for _ in range(ALONE)]
             await asyncio.sleep(0.5)  # contexts running, steps in flight
+            second = _replica(own_host, "workflow", "second")
+            joined = asyncio.create_task(stable_members(own_host.settings.kafka_bootstrap, [group], 2))
+            while not joined.done():  # instances running while the partitions are handed over
+                ids.append(await flows.started())
+                await asyncio.sleep(0.2)
+            await joined
+            owners = await _owners(own_host, group)
+            assert len(owners) == 2 and all(owners.values()), owners  # each replica owns a share
+            ids += [await flows.started() for _ in range(HANDED)]
+            await asyncio.sleep(0.5)
             own_host.supervisor.held.add("workflow")
             own_host.supervisor.kill("workflow")
             killed_at = time.monotonic()
-            ids.append(await flows.started())  # decided by the standby, once it holds
+            ids += [await flows.started() for _ in range(AFTER)]  # half of them wait for the takeover
             took = time.monotonic() - killed_at
-            print(f"\nworkflow takeover: a create answered {took:.1f} s after the holder's SIGKILL")
-            ids += [await flows.started() for _ in range(AFTER - 1)]
+            print(f"\nworkflow takeover: {AFTER} creates answered {took:.1f} s after a replica's SIGKILL")
             for iid in ids:
                 done = await flows.until(iid, "complete", "errored", timeout=120)
                 assert done["status"] == "complete" and done["output"] == {"sum": sum(range(STEPS))}, done
             effects = Counter(base64.b64decode(m["body"]).decode() for m in await api.peek(report))
-            # At least once: an effect under way when the holder died may run again in the new context.
+            # At least once: an effect under way when a context stopped may run again in the new one.
             assert {f"{iid}:{i}" for iid in ids for i in range(STEPS)} <= set(effects), effects
         records = await committed_log(own_host, "workflow")
         decided = Counter(x.commandId for x in records if isinstance(x, r.CommandDecided))
@@ -201,9 +212,25 @@ async def test_a_standby_workflow_engine_takes_over_from_a_killed_holder(own_hos
         assert max(steps.values()) == 1, [k for k, n in steps.items() if n > 1]
     finally:
         own_host.supervisor.release("workflow")
-        if standby.poll() is None:
-            standby.kill()
-            standby.wait()
+        if second is not None and second.poll() is None:
+            second.kill()
+            second.wait()
+
+
+async def _owners(host: Host, group: str) -> dict[str, list[int]]:
+    """Each member of the group and the partitions it was given."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=host.settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        (resp,) = await admin.describe_consumer_groups([group])
+    finally:
+        await admin.close()
+    (described,) = resp.groups
+    owners: dict[str, list[int]] = {}
+    for member in described[5]:  # (member ID, instance ID, client ID, host, metadata, assignment)
+        assignment = ConsumerProtocolMemberAssignment.decode(member[-1])
+        owners[member[0]] = sorted(p for _, parts in assignment.assignment for p in parts)
+    return owners
 
 
 # ---- the proof itself, two replicas of one projection on one partition ---------------------------

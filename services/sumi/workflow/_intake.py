@@ -35,7 +35,6 @@ class Decider(Protocol):
     """What the intake needs of the engine (so this module never imports it)."""
 
     control: WorkflowControl
-    last_put: "asyncio.Future[None] | None"
 
     def now(self) -> int: ...
 
@@ -44,6 +43,8 @@ class Decider(Protocol):
     def put(self, out: kafka.Out) -> None: ...
 
     def decide_now(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller) -> None: ...
+
+    async def flushed(self) -> None: ...
 
 
 class Intake:
@@ -136,8 +137,8 @@ class Intake:
         return out
 
     async def commit_offsets(self, consumer: AIOKafkaConsumer, admin: AIOKafkaAdminClient) -> None:
-        """The group's offsets, committed after the decisions they cover (in order, so the last
-        transaction put before them is enough to wait for); the commands before them are then
+        """The group's offsets, committed after the decisions they cover (every outbox flushed
+        first: each partition's commits in order, the partitions' side by side); the commands before them are then
         deleted: their documents live on only sealed in the instance log."""
         committed: dict[TopicPartition, int] = {}
         deleted: dict[TopicPartition, int] = {}
@@ -147,8 +148,7 @@ class Intake:
             await asyncio.sleep(0.2)
             offsets = {tp: o for tp, o in self.offsets().items() if committed.get(tp) != o}
             if offsets:
-                if self.engine.last_put is not None:
-                    await asyncio.shield(self.engine.last_put)
+                await self.engine.flushed()
                 try:
                     await consumer.commit(offsets)
                 except (CommitFailedError, IllegalGenerationError, RebalanceInProgressError) as exc:

@@ -2,10 +2,10 @@
 
 Plumbing around the pure core (`_state`, `_decide`):
 - The instance log (topic `workflow`, key `<workflowUid>/<instanceId>`) is the engine's
-  changelog; the engine is its only writer. On start, after its transactional producers
-  (a pair its outbox takes turns on, `sumi.core.outbox`) have fenced any earlier engine
-  process, it folds every partition to the end (read_committed) and never reads it again:
-  every later record is folded when decided.
+  changelog; the owner of a partition is its only writer. A generation, after its
+  transactional producers (a pair per partition its outbox takes turns on, `sumi.core.outbox`)
+  have fenced the partitions' previous owner, folds its partitions to the end (read_committed)
+  and never reads them again: every later record is folded when decided.
 - Commands (topic `workflow.commands`, same key) come through the intake (`_intake`):
   each is decided once against the fold, and its `CommandDecided` goes to the instance log
   with the facts it decided; the group's offsets follow the decisions, and decided
@@ -30,16 +30,19 @@ Plumbing around the pure core (`_state`, `_decide`):
 - A Workflow's delete (`_deletes`) stops its contexts, then purges its instances and reports
   the Operation; a stop never confirmed is proven by the runtimes' exit (WF-13, WF-14).
 
-Replicas take turns (`sumi.engines.standby`): every replica joins the commands' group, one
-holds every partition and the others stand by, because the engine's decisions span
-partitions (a Workflow's delete, its instance counts, a Caller Binding's call). The holder
-starts its transactional producers only once it holds, which fences the one before it.
+Replicas share the partitions (`sumi.engines.shares`): every replica joins the commands'
+group, and each assignment is a generation that fences its partitions' transactional
+producers (a pair per partition, `<prefix>-workflow-engine-p<N>`), rebuilds exactly those
+partitions, decides their commands and runs their instances; on revocation it stops their
+contexts, proven, before the partitions go. What spans partitions is a protocol across
+replicas: a Workflow's delete and its instance counts are reported per partition, and a
+Caller Binding's call on another replica's instance goes through the commands topic.
 """
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -52,13 +55,14 @@ from sumi.core.clock import now_ms
 from sumi.core.commands import Command as ControlCommand
 from sumi.core.commands import ResourceObserve, submitted
 from sumi.core.config import Settings
+from sumi.core.fencing import PartitionProducers
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
 from sumi.core.topics import partition_for
 from sumi.engines import exporter
 from sumi.engines.metrics import PlumbingMetrics
 from sumi.engines.runtimes import Runtimes
-from sumi.engines.standby import Membership
+from sumi.engines.shares import Shares
 from sumi.engines.worklogs import WorkerLogs
 from sumi.runtime.types import Runtime, WorkflowOutcome
 from sumi.workflow import _decide as d
@@ -92,9 +96,19 @@ class Engine:
     def __init__(self, settings: Settings, limits: d.Limits | None = None) -> None:
         self.settings = settings
         self.limits = limits or limits_of(settings)
+        self.registry = CollectorRegistry()
+        self.worklogs = WorkerLogs(settings, self.registry)
+        self.metrics = WorkflowMetrics(self.registry)
+        self.plumbing = PlumbingMetrics(self.registry)
+        self.commands: AIOKafkaConsumer | None = None  # the group's member, once running
+        self.admin: AIOKafkaAdminClient | None = None
+        self._fresh(frozenset(range(settings.partitions)))
+
+    def _fresh(self, owned: frozenset[int]) -> None:
+        """The state of a generation (`sumi.engines.shares`): nothing of an earlier one is kept."""
         # The instance log's partitions this replica decides (commands and log share the key, so
         # the same numbers): an instance of another partition is another replica's.
-        self.owned: frozenset[int] = frozenset(range(settings.partitions))
+        self.owned = owned
         self.table = InstanceTable(self.limits)
         self.instances = self.table.instances  # the table's (runs, bindings and checkpoints read it)
         self.ring = sealing.KeyRing()  # the data keys alive: the fold of the key topic
@@ -102,20 +116,15 @@ class Engine:
         self.control = WorkflowControl()
         self.bindings = Bindings(self)
         self.spares = Spares(self)
-        self.scheduler = Scheduler(settings, self.limits, self)
+        self.scheduler = Scheduler(self.settings, self.limits, self)
         # Terminates of instances with a live run, decided in `ended` once its stop is proven (WF-26).
         self.terminates: dict[str, list[tuple[d.Caller, c.TerminateInstance, Answer]]] = {}
-        self.intake = Intake(settings, self)
-        self.checkpoints = Checkpoints(settings, self)
+        self.intake = Intake(self.settings, self)
+        self.checkpoints = Checkpoints(self.settings, self)
         self.deletes = Deletes(self)
         self.observed: dict[str, dict[str, int]] = {}
-        self.outbox: Outbox | None = None
-        self.last_put: asyncio.Future[None] | None = None
+        self.outboxes: dict[int, Outbox] = {}  # one per owned partition, on its fenced producers
         self.runtimes = Runtimes()  # one per kind
-        self.registry = CollectorRegistry()
-        self.worklogs = WorkerLogs(settings, self.registry)
-        self.metrics = WorkflowMetrics(self.registry)
-        self.plumbing = PlumbingMetrics(self.registry)
         self._last_observe = 0
         self.closing = False
 
@@ -147,6 +156,7 @@ class Engine:
 
     def emit(self, key: str, records: Sequence[r.Record]) -> "asyncio.Future[None]":
         """Fold now, commit in order; the future resolves once the transaction holding them committed."""
+        box = self._outbox_of(key, any(not isinstance(rec, _ELSEWHERE) for rec in records))
         outs: list[tuple[str, str, Any]] = []
         inst = self.instances.get(key)
         for rec in records:
@@ -160,16 +170,30 @@ class Engine:
             else:  # a command's answer
                 self.fold(key, rec)
                 outs.append((self.settings.topic("workflow"), key, rec))
-        assert self.outbox is not None
-        fut = self.outbox.put(outs)
-        if outs:
-            self.last_put = fut
-        return fut
+        return box.put(outs)
+
+    def _outbox_of(self, key: str, to_log: bool) -> Outbox:
+        """The outbox of the key's partition. Records for other topics only (the control plane's
+        commands, a queue's messages) may go through any partition's: its producer is fenced
+        all the same. Deciding on another replica's instance is a fault, caught before the fold."""
+        box = self.outboxes.get(partition_for(key, self.settings.partitions))
+        if box is not None:
+            return box
+        if to_log or not self.outboxes:
+            raise RuntimeError(f"the instance log's key {key!r} is another replica's")
+        return self.outboxes[min(self.outboxes)]
 
     def put(self, out: kafka.Out) -> None:
-        """One record of no instance's (a quarantined command), committed in order with the rest."""
-        assert self.outbox is not None
-        self.last_put = self.outbox.put([(out.topic, out.key, out.record)])
+        """One record of no instance's (a quarantined command), committed with the rest."""
+        self._outbox_of(out.key, False).put([(out.topic, out.key, out.record)])
+
+    async def flushed(self) -> None:
+        """Once everything put so far has committed; raises if a commit failed (the group's
+        offsets must then not move past the commands it held)."""
+        for box in list(self.outboxes.values()):
+            await box.idle()
+            if box.failed is not None:
+                raise RuntimeError("a commit failed")
 
     def _sealed(self, key: str, rec: r.WorkflowRecord) -> list[tuple[str, str, Any]]:
         """Fold one record and give what goes out for it: its new keys, the record sealed with
@@ -333,69 +357,76 @@ class Engine:
         kafka.fold_or_skip("workflow-engine", m, self.control.fold)
 
     async def run(self) -> None:
+        """One replica: the commands' partitions it is given, each assignment a generation."""
         kafka.shorten_txn_retry()
         # The clients stop however the engine ends, a stop signal while it starts included.
         async with contextlib.AsyncExitStack() as stack:
-            member = Membership(
+            stack.push_async_callback(self.worklogs.close)
+            self.admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
+            stack.push_async_callback(self.admin.close)  # an admin client closes, it does not stop
+            await self.admin.start()
+            shares = Shares(
                 self.settings,
                 "workflow-engine",
                 self.settings.topic("workflow.commands"),
-                resume=self.intake.read.get,
+                self,
                 max_partition_fetch_bytes=4 << 20,
             )
-            stack.push_async_callback(member.consumer.stop)
-            await member.start()
-            await member.until_holding()  # a standby waits here, reading nothing
-            producers = [kafka.new_producer(self.settings, tid, linger_ms=0) for tid in self._transactional_ids()]
-            for producer in producers:  # fences and aborts whatever an earlier holder left open
-                await kafka.started(stack, producer)
-            await member.from_committed()  # after the fence: the old holder's last offsets are in
+            self.commands = shares.consumer
+            stack.push_async_callback(shares.close)
+            await shares.run()
+
+    def take(self, message: Any) -> None:
+        self.intake.take(message)
+
+    def after_batch(self) -> None:
+        self.scheduler.wake.set()
+
+    async def generation(self, owned: frozenset[int], producers: PartitionProducers, ready: Callable[[], None]) -> None:
+        """Rebuild the owned partitions (fenced already), then decide on them until cancelled."""
+        self._fresh(owned)
+        async with contextlib.AsyncExitStack() as stack:
             log_reader, log_tps = await self._reader(stack, self.settings.topic("workflow"))
+            log_tps = [tp for tp in log_tps if tp.partition in owned]
             control_reader, control_tps = await self._reader(stack, self.settings.topic("control"))
             keys_reader, keys_tps = await self._reader(stack, self.settings.topic("workflow.keys"))
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
-            stack.push_async_callback(admin.close)  # an admin client closes, it does not stop
-            await admin.start()
+            # Every partition's keys: an owned instance's key lies wherever its ID hashes.
             await kafka.read_to_end(keys_reader, keys_tps, self._fold_keys)
-            await keys_reader.stop()  # the only writer of the keys as well
+            await keys_reader.stop()
             stack.push_async_callback(self.checkpoints.stop)
             await self.checkpoints.start()
-            await self._serve(producers, log_reader, log_tps, control_reader, control_tps, member, admin)
-
-    def _transactional_ids(self) -> list[str]:
-        """The outbox's pair (`sumi.core.outbox`): one holder at a time owns both."""
-        base = f"{self.settings.topic_prefix}-workflow-engine"
-        return [base, f"{base}-t1"]
+            await self._serve(producers, log_reader, log_tps, control_reader, control_tps, ready)
 
     async def _serve(
         self,
-        producers: list[Any],
+        producers: PartitionProducers,
         log_reader: AIOKafkaConsumer,
         log_tps: list[TopicPartition],
         control_reader: AIOKafkaConsumer,
         control_tps: list[TopicPartition],
-        member: Membership,
-        admin: AIOKafkaAdminClient,
+        ready: Callable[[], None],
     ) -> None:
-        commands = member.consumer
+        assert self.commands is not None and self.admin is not None
+        commands, admin = self.commands, self.admin
         try:
             await kafka.read_to_end(control_reader, control_tps, self._fold_control)
             starts = await self.checkpoints.restore(log_tps)  # the keys are folded: documents open
             ends = await kafka.read_to_end(log_reader, log_tps, self._fold_log, starts=starts)
             await log_reader.stop()  # the only writer: every later record is folded when decided
-            log.info("workflow engine rebuilt: %d instances", len(self.instances))
+            log.info("workflow engine rebuilt partitions %s: %d instances", sorted(self.owned), len(self.instances))
             allocator.give_back()  # the fold's garbage, not the state it left
-            self.outbox = Outbox(producers, self.settings.partitions)
+            for p in sorted(self.owned):
+                self.outboxes[p] = Outbox(producers.turns_of(p), self.settings.partitions)
+                self.outboxes[p].on_idle = self.checkpoints.idle
             self.checkpoints.rebuilt(ends)
-            self.outbox.on_idle = self.checkpoints.idle
             self.scheduler.rebuilt(self.now())
+            ready()
             # A TaskGroup: one failure (a fenced producer above all) cancels every other loop at once.
             async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(self.outbox.run())
+                for box in self.outboxes.values():
+                    tasks.create_task(box.run())
                 tasks.create_task(self.schedule())
-                tasks.create_task(kafka.follow(commands, self.intake.take, self.scheduler.wake.set, max_records=1000))
                 tasks.create_task(self.intake.commit_offsets(commands, admin))
-                tasks.create_task(member.until_lost())
                 tasks.create_task(kafka.follow(control_reader, self._fold_control, self.scheduler.unblock))
                 tasks.create_task(self.intake.recheck(control_reader, control_tps))
                 refresh = lambda: self._refresh_metrics([commands, control_reader])  # noqa: E731
@@ -413,7 +444,6 @@ class Engine:
                     task.cancel()  # e.g. one still starting its runtime process
                 await asyncio.gather(*pending, return_exceptions=True)
             await self.runtimes.close()
-            await self.worklogs.close()
 
     async def _refresh_metrics(self, readers: list[AIOKafkaConsumer]) -> None:
         self.metrics.count(self.table.counts.per, self._space_of)
@@ -422,6 +452,10 @@ class Engine:
     def _space_of(self, uid: str) -> str:
         space = self.control.state.space_of(uid)
         return space.name if space is not None else ""
+
+
+# Records that leave for other topics than the instance log (see `Engine.emit`).
+_ELSEWHERE = (r.CommandSubmitted, r.MessageAccepted)
 
 
 def warn_if_nonconformant(settings: Settings) -> None:
