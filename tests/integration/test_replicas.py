@@ -32,11 +32,12 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from sumi.audit import replay_and_compare
 from sumi.core import records as r
+from sumi.core.topics import instance_key, partition_for
 from sumi_projections import drop, migrate
 from sumi_projections._owned import Owned
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, committed_log, control_log, new_settings, new_space, running_host, stable_members
-from tests.httpkit import WORKER, WORKFLOW
+from tests.httpkit import DEPLOYMENT, WORKER, WORKFLOW
 
 pytestmark = pytest.mark.integration
 
@@ -215,6 +216,101 @@ async def test_two_workflow_engines_share_the_partitions_and_one_takes_over_from
         if second is not None and second.poll() is None:
             second.kill()
             second.wait()
+
+
+TARGET_JS = """
+export default {};
+export class Target {
+  async run(event, step) {
+    const got = await step.waitForEvent('go', { type: 'go', timeoutSeconds: 600 });
+    return got.payload;
+  }
+}
+"""
+CALLER_JS = """
+export default {};
+export class Caller {
+  constructor(env) { this.env = env; }
+  async run(event, step) {
+    const id = event.params.target;
+    await step.do('create', async () => (await this.env.TARGET.create({ id, params: {} })).id);
+    const target = await this.env.TARGET.get(id);
+    await step.do('event', async () => { await target.sendEvent({ type: 'go', payload: { n: event.params.n } }); });
+    for (let i = 0; i < 300; i++) {
+      const seen = await step.do(`status ${i}`, async () => {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        return await target.status();
+      });
+      if (seen.status === 'complete') return seen.output;
+    }
+    throw new Error('the target never completed');
+  }
+}
+"""
+PAIRS = 8
+COUNTED = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
+
+
+async def test_two_workflow_engines_decide_binding_calls_counts_and_a_delete_across_their_partitions(
+    own_host: Host,
+) -> None:
+    # WF-18, WF-19, WF-21, WF-23: a Caller Binding's create, get, sendEvent and status on an
+    # instance of the other replica's partitions answer as on one of its own; WF-9: the observed
+    # counts are the sum over every partition; WF-13: a delete purges every partition's instances
+    # and succeeds once.
+    group = f"{own_host.settings.topic_prefix}-workflow-engine"
+    second = _replica(own_host, "workflow", "third")
+    try:
+        await stable_members(own_host.settings.kafka_bootstrap, [group], 2)
+        owner = {p: m for m, parts in (await _owners(own_host, group)).items() for p in parts}
+        assert len(set(owner.values())) == 2, owner
+        async with httpx.AsyncClient(base_url=own_host.url, timeout=60) as c:
+            api = Api(c, await new_space(own_host))
+            tw = await api.worker(source=TARGET_JS, handlers=())
+            targets = Flows(api, await api.create(_name(), WORKFLOW, _flow_spec(tw, "Target")))
+            cw = await api.worker(source=CALLER_JS, handlers=(), deploy=False)
+            version = await api.version(cw, CALLER_JS, workflow_bindings={"TARGET": targets.uid})
+            weights = [{"version": {"resourceUid": version}, "percentage": 100}]
+            await api.create(_name(), DEPLOYMENT, {"worker": {"resourceUid": cw}, "versions": weights})
+            callers = Flows(api, await api.create(_name(), WORKFLOW, _flow_spec(cw, "Caller")))
+            n = own_host.settings.partitions
+
+            def owner_of(uid: str, iid: str) -> str:
+                return owner[partition_for(instance_key(uid, iid), n)]
+
+            for i in range(PAIRS):  # the even pairs across the replicas, the odd ones on one
+                caller = owner_of(callers.uid, f"c{i}")
+                target = next(
+                    f"t{i}-{k}" for k in range(100) if (owner_of(targets.uid, f"t{i}-{k}") != caller) == (i % 2 == 0)
+                )
+                await callers.create({"id": f"c{i}", "params": {"target": target, "n": i}})
+            for i in range(PAIRS):
+                done = await callers.until(f"c{i}", "complete", "errored", timeout=120)
+                assert done["status"] == "complete" and done["output"] == {"n": i}, done
+            want = {**dict.fromkeys(COUNTED, 0), "complete": PAIRS}
+            deadline = time.monotonic() + 30
+            while (seen := (await api.get(targets.uid)).json()["observed"]).get("instanceCounts") != want:
+                assert time.monotonic() < deadline, seen
+                await asyncio.sleep(0.2)
+            await api.done(await api.delete(targets.uid))
+            gone = await targets.get("t0-0")
+            assert gone.status_code == 404, gone.text
+        records = await committed_log(own_host, "workflow")
+        purged = {x.instanceId for x in records if isinstance(x, r.InstancePurged) and x.workflowUid == targets.uid}
+        created = {x.instanceId for x in records if isinstance(x, r.InstanceCreated) and x.workflowUid == targets.uid}
+        assert len(created) == PAIRS and purged == created  # every partition's, by whichever replica owned it
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()
+
+
+def _name() -> str:
+    return f"r-{uuid.uuid4().hex[:8]}"
+
+
+def _flow_spec(worker: str, class_name: str) -> dict[str, Any]:
+    return {"worker": {"resourceUid": worker}, "className": class_name}
 
 
 async def _owners(host: Host, group: str) -> dict[str, list[int]]:
