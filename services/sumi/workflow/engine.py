@@ -70,6 +70,9 @@ from sumi.workflow._control import WorkflowControl
 from sumi.workflow._deletes import Deletes
 from sumi.workflow._intake import Intake
 from sumi.workflow._metrics import WorkflowMetrics
+from sumi.workflow._remote import Remote
+from sumi.workflow._replies import Replies
+from sumi.workflow._routes import elsewhere
 from sumi.workflow._runs import ContextRun
 from sumi.workflow._scheduler import Scheduler
 from sumi.workflow._spares import Spares
@@ -100,7 +103,9 @@ class Engine:
         self.ring = sealing.KeyRing()  # the data keys alive: the fold of the key topic
         self.runs: dict[str, ContextRun] = {}
         self.control = WorkflowControl()
-        self.bindings = Bindings(self)
+        self.replies = Replies(settings.topic("workflow"))  # answers of calls to other replicas' instances
+        remote = Remote(self, settings.partitions, settings.decision_timeout)
+        self.bindings = Bindings(self, remote, everywhere=settings.workflow_remote_bindings)
         self.spares = Spares(self)
         self.scheduler = Scheduler(settings, self.limits, self)
         # Terminates of instances with a live run, decided in `ended` once its stop is proven (WF-26).
@@ -151,10 +156,9 @@ class Engine:
         inst = self.instances.get(key)
         for rec in records:
             self.metrics.observe(rec, inst.space if inst is not None else "")
-            if isinstance(rec, r.CommandSubmitted):  # to the control plane (observe, report)
-                outs.append((self.settings.topic("commands"), rec.space, rec))
-            elif isinstance(rec, r.MessageAccepted):  # a queue binding's send from a run
-                outs.append((self.settings.topic("queue"), rec.queueUid, rec))
+            route = elsewhere(rec, key)
+            if route is not None:
+                outs.append((self.settings.topic(route[0]), route[1], rec))
             elif isinstance(rec, r.WorkflowRecord):
                 outs += self._sealed(key, rec)
             else:  # a command's answer
@@ -234,6 +238,8 @@ class Engine:
             return d.Decision([d.rejected(caller, now, Problem("not_found", "the Workflow is being deleted"))])
         if isinstance(cmd, c.SendEvent):
             return d.event(inst, cmd, caller, now, self.limits, key in self.runs)
+        if isinstance(cmd, c.QueryInstance):
+            return d.query(inst, cmd, caller, now)
         return d.terminate(inst, cmd, caller, now, key in self.runs)
 
     def apply(self, key: str, decision: d.Decision) -> "asyncio.Future[None]":
@@ -358,6 +364,9 @@ class Engine:
             await admin.start()
             await kafka.read_to_end(keys_reader, keys_tps, self._fold_keys)
             await keys_reader.stop()  # the only writer of the keys as well
+            # A short long-poll: a partition resumed while a fetch of others is in flight waits for it.
+            replies = await kafka.started(stack, kafka.new_consumer(self.settings, fetch_max_wait_ms=50))
+            self.replies.attach(replies, await kafka.partitions(replies, self.settings.topic("workflow")))
             stack.push_async_callback(self.checkpoints.stop)
             await self.checkpoints.start()
             await self._serve(producers, log_reader, log_tps, control_reader, control_tps, member, admin)
@@ -392,6 +401,7 @@ class Engine:
             # A TaskGroup: one failure (a fenced producer above all) cancels every other loop at once.
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.outbox.run())
+                tasks.create_task(self.replies.run())
                 tasks.create_task(self.schedule())
                 tasks.create_task(kafka.follow(commands, self.intake.take, self.scheduler.wake.set, max_records=1000))
                 tasks.create_task(self.intake.commit_offsets(commands, admin))
