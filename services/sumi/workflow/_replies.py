@@ -81,6 +81,8 @@ class Replies:
         try:
             if part.positioned is None:
                 part.positioned = asyncio.create_task(self._position(partition))
+                # Its waiters may all have left: its failure is then nobody's to hear.
+                part.positioned.add_done_callback(lambda t: t.cancelled() or t.exception())
             await self._positioned(part)
             yield answer
         finally:
