@@ -34,6 +34,8 @@ Replicas take turns (`sumi.engines.standby`): every replica joins the commands' 
 holds every partition and the others stand by, because the engine's decisions span
 partitions (a Workflow's delete, its instance counts, a Caller Binding's call). The holder
 starts its transactional producers only once it holds, which fences the one before it.
+A Caller Binding's call to an instance of a partition another replica owns is already sent
+through the log (`_remote`, `_replies`); the other cross-partition decisions are not yet.
 """
 
 import asyncio
