@@ -5,7 +5,8 @@
 - `workflow_history`: every record of an instance in commit order as `{seq, type, at,
   data}` (host-api.md section 5), `seq` counted per instance from 1.
 - The engine's `CommandDecided` records go to the shared `decisions` table, where the
-  gateway waits for them (request–reply, as with the control processor).
+  gateway waits for them (request–reply, as with the control processor); a status query's
+  (`instance.status`) does not: its asker reads it from the log.
 
 Documents reach this module opened (`_keys`: with the keys alive; a destroyed key's document
 reads as absent). A terminal transition destroys the keys of the instance's unmatched events
@@ -164,7 +165,14 @@ async def _segment(cur: Cursor, items: list[tuple[Any, int, int]]) -> None:
         history = [(c.workflowUid, c.instanceId, ts(c.createdAt), _data(c)) for c, _ in creates]
         await cur.execute(_CREATE, (*_columns(rows, 5), *_columns(history, 4)))
     await _advance(cur, [(rec, o) for rec, _, o in items if isinstance(rec, HISTORY)])
-    await control.decided(cur, [rec for rec, _, _ in items if isinstance(rec, r.CommandDecided)])
+    await control.decided(cur, [rec for rec, _, _ in items if isinstance(rec, r.CommandDecided) and _awaited(rec)])
+
+
+def _awaited(rec: r.CommandDecided) -> bool:
+    """A decision someone may look for in `decisions`. A status query's (`instance.status`, a
+    binding's `get`/`status()` asked of another replica) is read from the log by the replica that
+    asked, and holds only what the asker can open: a row of it would be a row per call, forever."""
+    return rec.kind != "instance.status"
 
 
 async def _advance(cur: Cursor, items: list[tuple[Any, int]]) -> None:

@@ -70,6 +70,10 @@ class Settings:
     snapshot_quiet_seconds: float = 2.0
     workflow_spare_contexts: int = 2  # fresh contexts started ahead of need, per Version lately run
     workflow_always_replay: bool = False  # end a workflow context after every committed step (tests)
+    # Every Caller Binding call of a workflow run goes through the log, as one to an instance of
+    # another replica's partition does (`sumi.workflow._remote`): so one engine, owning every
+    # partition, tests that path. Tests only: needs nonconformant_test_settings.
+    workflow_remote_bindings: bool = False
     # Lets a test Host run with settings DurableWorkflow 0.3.0 forbids (a short retention).
     nonconformant_test_settings: bool = False
     # Where fetched artefacts (the broker's jars) live; "" = $XDG_CACHE_HOME/sumi, else ~/.cache/sumi.
@@ -98,6 +102,11 @@ class Settings:
                 f"SUMI_WORKFLOW_RETENTION_SECONDS={self.workflow_retention_seconds} is under the minimum of "
                 f"{MIN_WORKFLOW_RETENTION_SECONDS} s that DurableWorkflow 0.3.0 requires (WF-47); "
                 "SUMI_NONCONFORMANT_TEST_SETTINGS=1 allows it for tests only"
+            )
+
+        if self.workflow_remote_bindings and not self.nonconformant_test_settings:
+            raise SettingsError(
+                "SUMI_WORKFLOW_REMOTE_BINDINGS=1 is a test setting; SUMI_NONCONFORMANT_TEST_SETTINGS=1 allows it"
             )
 
     def nonconformance(self) -> list[str]:
@@ -147,6 +156,7 @@ class Settings:
             "snapshot_quiet_seconds": float(env.get("SUMI_SNAPSHOT_QUIET_SECONDS", "2")),
             "workflow_spare_contexts": _int(env, "SUMI_WORKFLOW_SPARE_CONTEXTS", 2),
             "workflow_always_replay": env.get("SUMI_WORKFLOW_ALWAYS_REPLAY", "") == "1",
+            "workflow_remote_bindings": env.get("SUMI_WORKFLOW_REMOTE_BINDINGS", "") == "1",
             "nonconformant_test_settings": env.get("SUMI_NONCONFORMANT_TEST_SETTINGS", "") == "1",
             "cache_dir": env.get("SUMI_CACHE_DIR", ""),
             "log_level": env.get("SUMI_LOG_LEVEL", "WARNING"),
@@ -201,6 +211,7 @@ class Settings:
             "SUMI_SNAPSHOT_QUIET_SECONDS": str(self.snapshot_quiet_seconds),
             "SUMI_WORKFLOW_SPARE_CONTEXTS": str(self.workflow_spare_contexts),
             "SUMI_WORKFLOW_ALWAYS_REPLAY": "1" if self.workflow_always_replay else "",
+            "SUMI_WORKFLOW_REMOTE_BINDINGS": "1" if self.workflow_remote_bindings else "",
             "SUMI_NONCONFORMANT_TEST_SETTINGS": "1" if self.nonconformant_test_settings else "",
             "SUMI_CACHE_DIR": self.cache_dir,
             "SUMI_LOG_LEVEL": self.log_level,

@@ -1,15 +1,15 @@
 """Caller Bindings inside workflow runs: `env.NAME.create/get`, `status()`, `sendEvent()`,
-`terminate()` (WF-18..27), decided by this engine on its own fold.
+`terminate()` (WF-18..27).
 
-The engine owns every instance (one engine, every partition), so a binding call is the
-same decision a command would get, committed before it is answered; its
-`CommandDecided` is written too, for the audit. Rejections are Host Errors named by
-the WF codes. A binding names a DurableWorkflow of the calling Version's
+A call to an instance of a partition this replica owns is decided here on its own fold: the
+same decision a command would get, committed before it is answered; its `CommandDecided` is
+written too, for the audit. A call to another replica's instance goes through the log
+(`_remote`) and is answered from its owner's decision, the same way. Rejections are Host
+Errors named by the WF codes. A binding names a DurableWorkflow of the calling Version's
 `workflowBindings`; any other name is `invalid_request`.
 """
 
 import asyncio
-import json
 from typing import Any, Protocol
 
 from sumi.control.state import VersionView
@@ -21,7 +21,12 @@ from sumi.runtime import HostError
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow._control import WorkflowControl
+from sumi.workflow._decide import status_of
+from sumi.workflow._documents import is_name
+from sumi.workflow._remote import Remote, answer_of
 from sumi.workflow._state import Instance
+
+__all__ = ["Bindings", "binding_target", "create_command", "event_command"]
 
 
 class Decider(Protocol):
@@ -33,6 +38,8 @@ class Decider(Protocol):
 
     def now(self) -> int: ...
 
+    def owns(self, key: str) -> bool: ...
+
     def decide(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller, now: int) -> d.Decision: ...
 
     def apply(self, key: str, decision: d.Decision) -> "asyncio.Future[None]": ...
@@ -41,8 +48,13 @@ class Decider(Protocol):
 
 
 class Bindings:
-    def __init__(self, engine: Decider) -> None:
+    def __init__(self, engine: Decider, remote: Remote, everywhere: bool = False) -> None:
         self.engine = engine
+        self.remote = remote
+        self.everywhere = everywhere  # every call through the log (a test setting)
+
+    def _local(self, key: str) -> bool:
+        return not self.everywhere and self.engine.owns(key)
 
     async def call(self, code: VersionView | None, method: str, args: dict[str, Any]) -> Any:
         uid = binding_target(code, args)
@@ -58,10 +70,16 @@ class Bindings:
     async def _call(self, uid: str, caller: d.Caller, method: str, args: dict[str, Any]) -> Any:
         if method == "workflow.create":
             create = create_command(uid, args)
-            await self._decided(c.key_of(create), create, caller)
+            key = c.key_of(create)
+            if self._local(key):
+                await self._decided(key, create, caller)
+            else:
+                answer_of(await self.remote.decided(key, create, caller))
             return {"id": create.instance_id}
         iid = args.get("id")
         key = instance_key(uid, str(iid))
+        if not self._local(key):
+            return await self._through_log(uid, iid, key, caller, method, args)
         inst = self.engine.instances.get(key)
         if inst is None or inst.purged:
             raise Problem("unknown_instance", f"no instance {iid}")  # WF-20
@@ -77,20 +95,30 @@ class Bindings:
             answer = await asyncio.shield(
                 self.engine.terminate(key, c.TerminateInstance(uid, inst.instance_id), caller)
             )
-            return {"status": _result(answer)["status"]}
+            return {"status": answer_of(answer)["status"]}
+        raise Problem("invalid_request", f"unknown binding method {method}")
+
+    async def _through_log(
+        self, uid: str, iid: Any, key: str, caller: d.Caller, method: str, args: dict[str, Any]
+    ) -> Any:
+        """The same answers as above, decided by the instance's owner."""
+        if method == "workflow.sendEvent":
+            return answer_of(await self.remote.decided(key, event_command(uid, args), caller))
+        if not isinstance(iid, str) or not is_name(iid):
+            raise Problem("unknown_instance", f"no instance {iid}")  # WF-20: no such ID can exist
+        if method in ("workflow.get", "workflow.status"):
+            status = await self.remote.status(key, uid, iid, caller)
+            return {"id": iid} if method == "workflow.get" else status
+        if method == "workflow.terminate":
+            answer = await self.remote.decided(key, c.TerminateInstance(uid, iid), caller)
+            return {"status": answer_of(answer)["status"]}
         raise Problem("invalid_request", f"unknown binding method {method}")
 
     async def _decided(self, key: str, cmd: c.WorkflowCommand, caller: d.Caller) -> Any:
         decision = self.engine.decide(key, cmd, caller, self.engine.now())
         answer = next(x for x in decision.records if isinstance(x, r.CommandDecided))
         await self.engine.apply(key, decision)
-        return _result(answer)
-
-
-def _result(answer: r.CommandDecided) -> Any:
-    if not answer.accepted:
-        raise Problem.from_json(json.loads(answer.problem or "{}"))
-    return json.loads(answer.result) if answer.result else None
+        return answer_of(answer)
 
 
 def binding_target(code: VersionView | None, args: dict[str, Any]) -> str:
@@ -117,14 +145,3 @@ def create_command(uid: str, args: dict[str, Any]) -> c.CreateInstance:
 def event_command(uid: str, args: dict[str, Any]) -> c.WorkflowCommand:
     body = {"workflowUid": uid, "id": args.get("id"), **{k: v for k, v in args.items() if k in ("type", "payload")}}
     return c.convert(c.SendEvent.kind, body)
-
-
-def status_of(inst: Instance) -> dict[str, Any]:
-    """WF-21: `output` only when complete, `error` only when errored."""
-    out: dict[str, Any] = {"status": inst.status}
-    if inst.status == "complete" and inst.output is not None:
-        out["output"] = json.loads(inst.output)
-    if inst.status == "errored" and inst.error is not None:
-        reason, message = inst.error
-        out["error"] = {"reason": reason, **({"message": message} if message else {})}
-    return out

@@ -12,15 +12,17 @@ refused with no record (WF-14, WF-46); every context start records a new token, 
 a terminal transition clears it.
 """
 
+import base64
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from sumi.core import records as r
+from sumi.core import sealing
 from sumi.core.canonical import canonical, parsed_canonical
 from sumi.core.problems import Problem
 from sumi.workflow._state import TERMINAL, Instance, LogRecord, Step, Timer
-from sumi.workflow.commands import UNSET, CreateInstance, SendEvent, TerminateInstance
+from sumi.workflow.commands import UNSET, CreateInstance, QueryInstance, SendEvent, TerminateInstance
 
 DAY_MS = 86_400_000
 
@@ -143,6 +145,29 @@ def terminate(inst: Instance | None, cmd: TerminateInstance, caller: Caller, now
         return Decision(stop=True)
     ended = r.InstanceStatusChanged(inst.workflow_uid, inst.instance_id, "terminated", now)
     return Decision([ended, decided(caller, now, 200, {"id": inst.instance_id, "status": "terminated"})])
+
+
+def query(inst: Instance | None, cmd: QueryInstance, caller: Caller, now: int) -> Decision:
+    """WF-20, WF-21: another replica's binding asks for the status (`get`, `status()`). The
+    document goes to the log sealed under the asker's key: the output and error it holds are
+    sealed there everywhere else too (`_keys`)."""
+    if inst is None or inst.purged:
+        return Decision([rejected(caller, now, Problem("unknown_instance", f"no instance {cmd.instance_id}"))])
+    key = r.DataKey(
+        caller.command_id, inst.workflow_uid, inst.instance_id, base64.urlsafe_b64decode(cmd.reply_key), now
+    )
+    return Decision([decided(caller, now, 200, sealing.seal(key, canonical(status_of(inst))))])
+
+
+def status_of(inst: Instance) -> dict[str, Any]:
+    """WF-21: `output` only when complete, `error` only when errored."""
+    out: dict[str, Any] = {"status": inst.status}
+    if inst.status == "complete" and inst.output is not None:
+        out["output"] = json.loads(inst.output)
+    if inst.status == "errored" and inst.error is not None:
+        reason, message = inst.error
+        out["error"] = {"reason": reason, **({"message": message} if message else {})}
+    return out
 
 
 # ---- contexts --------------------------------------------------------------------------------

@@ -30,7 +30,8 @@ from sumi.core.problems import Problem
 from sumi.core.topics import instance_key
 from sumi.runtime import HostError
 from sumi.workflow import commands as c
-from sumi.workflow._bindings import binding_target, create_command, event_command, status_of
+from sumi.workflow._bindings import binding_target, create_command, event_command
+from sumi.workflow._decide import status_of
 from sumi.workflow._state import Instance, evolve
 
 

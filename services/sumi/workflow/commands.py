@@ -32,6 +32,7 @@ from sumi.workflow._documents import MAX_NAME_LENGTH, document_json, is_name
 __all__ = [
     "UNSET",
     "CreateInstance",
+    "QueryInstance",
     "SendEvent",
     "TerminateInstance",
     "WorkflowCommand",
@@ -96,6 +97,19 @@ class TerminateInstance(_WorkflowCommand, frozen=True):
     kind: ClassVar[str] = "instance.terminate"
 
 
+class QueryInstance(_WorkflowCommand, frozen=True, rename={"reply_key": "replyKey"}):
+    """`instance.status` → 200, the status document (WF-21) sealed under `reply_key` | unknown_instance.
+
+    Never from the gateway (it reads the read side): a Caller Binding's `get`/`status()` of an
+    instance another replica decides, asked of its owner. The answer goes to the instance log,
+    where documents go sealed; `reply_key` (base64url of 32 random bytes) is the asker's one-time
+    key, held by it in memory and otherwise only on this command, which leaves
+    `workflow.commands` once decided, as a create's params do."""
+
+    kind: ClassVar[str] = "instance.status"
+    reply_key: Annotated[str, msgspec.Meta(min_length=44, max_length=44)]
+
+
 def _scalar_values(name: str, what: str) -> None:
     """The JSON decoder refuses a lone surrogate itself; a command converted from a value
     another parser produced (a runtime's frame: Kinds.convert) is checked here."""
@@ -103,8 +117,8 @@ def _scalar_values(name: str, what: str) -> None:
         raise Problem("invalid_request", f"{what} must be 1..256 Unicode scalar values")
 
 
-WorkflowCommand = CreateInstance | SendEvent | TerminateInstance
-_KINDS: Kinds[WorkflowCommand] = Kinds("workflow command", CreateInstance, SendEvent, TerminateInstance)
+WorkflowCommand = CreateInstance | SendEvent | TerminateInstance | QueryInstance
+_KINDS: Kinds[WorkflowCommand] = Kinds("workflow command", CreateInstance, SendEvent, TerminateInstance, QueryInstance)
 KINDS = _KINDS.types
 decode = _KINDS.decode
 convert = _KINDS.convert

@@ -74,6 +74,9 @@ from sumi.workflow._control import WorkflowControl
 from sumi.workflow._deletes import Deletes
 from sumi.workflow._intake import Intake
 from sumi.workflow._metrics import WorkflowMetrics
+from sumi.workflow._remote import Remote
+from sumi.workflow._replies import Replies
+from sumi.workflow._routes import elsewhere
 from sumi.workflow._runs import ContextRun
 from sumi.workflow._scheduler import Scheduler
 from sumi.workflow._spares import Spares
@@ -114,7 +117,9 @@ class Engine:
         self.ring = sealing.KeyRing()  # the data keys alive: the fold of the key topic
         self.runs: dict[str, ContextRun] = {}
         self.control = WorkflowControl()
-        self.bindings = Bindings(self)
+        self.replies = Replies(self.settings.topic("workflow"))  # answers of calls to other replicas' instances
+        remote = Remote(self, self.settings.partitions, self.settings.decision_timeout)
+        self.bindings = Bindings(self, remote, everywhere=self.settings.workflow_remote_bindings)
         self.spares = Spares(self)
         self.scheduler = Scheduler(self.settings, self.limits, self)
         # Terminates of instances with a live run, decided in `ended` once its stop is proven (WF-26).
@@ -156,15 +161,14 @@ class Engine:
 
     def emit(self, key: str, records: Sequence[r.Record]) -> "asyncio.Future[None]":
         """Fold now, commit in order; the future resolves once the transaction holding them committed."""
-        box = self._outbox_of(key, any(not isinstance(rec, _ELSEWHERE) for rec in records))
+        box = self._outbox_of(key, any(elsewhere(rec, key) is None for rec in records))
         outs: list[tuple[str, str, Any]] = []
         inst = self.instances.get(key)
         for rec in records:
             self.metrics.observe(rec, inst.space if inst is not None else "")
-            if isinstance(rec, r.CommandSubmitted):  # to the control plane (observe, report)
-                outs.append((self.settings.topic("commands"), rec.space, rec))
-            elif isinstance(rec, r.MessageAccepted):  # a queue binding's send from a run
-                outs.append((self.settings.topic("queue"), rec.queueUid, rec))
+            route = elsewhere(rec, key)
+            if route is not None:
+                outs.append((self.settings.topic(route[0]), route[1], rec))
             elif isinstance(rec, r.WorkflowRecord):
                 outs += self._sealed(key, rec)
             else:  # a command's answer
@@ -258,6 +262,8 @@ class Engine:
             return d.Decision([d.rejected(caller, now, Problem("not_found", "the Workflow is being deleted"))])
         if isinstance(cmd, c.SendEvent):
             return d.event(inst, cmd, caller, now, self.limits, key in self.runs)
+        if isinstance(cmd, c.QueryInstance):
+            return d.query(inst, cmd, caller, now)
         return d.terminate(inst, cmd, caller, now, key in self.runs)
 
     def apply(self, key: str, decision: d.Decision) -> "asyncio.Future[None]":
@@ -393,6 +399,9 @@ class Engine:
             # Every partition's keys: an owned instance's key lies wherever its ID hashes.
             await kafka.read_to_end(keys_reader, keys_tps, self._fold_keys)
             await keys_reader.stop()
+            # A short long-poll: a partition resumed while a fetch of others is in flight waits for it.
+            replies = await kafka.started(stack, kafka.new_consumer(self.settings, fetch_max_wait_ms=50))
+            self.replies.attach(replies, await kafka.partitions(replies, self.settings.topic("workflow")))
             stack.push_async_callback(self.checkpoints.stop)
             await self.checkpoints.start()
             await self._serve(producers, log_reader, log_tps, control_reader, control_tps, ready)
@@ -425,6 +434,7 @@ class Engine:
             async with asyncio.TaskGroup() as tasks:
                 for box in self.outboxes.values():
                     tasks.create_task(box.run())
+                tasks.create_task(self.replies.run())
                 tasks.create_task(self.schedule())
                 tasks.create_task(self.intake.commit_offsets(commands, admin))
                 tasks.create_task(kafka.follow(control_reader, self._fold_control, self.scheduler.unblock))
@@ -452,10 +462,6 @@ class Engine:
     def _space_of(self, uid: str) -> str:
         space = self.control.state.space_of(uid)
         return space.name if space is not None else ""
-
-
-# Records that leave for other topics than the instance log (see `Engine.emit`).
-_ELSEWHERE = (r.CommandSubmitted, r.MessageAccepted)
 
 
 def warn_if_nonconformant(settings: Settings) -> None:

@@ -11,7 +11,7 @@ from sumi.core import codec
 from sumi.core import records as r
 from sumi.workflow import _decide as d
 from sumi.workflow import _state
-from sumi.workflow._bindings import status_of
+from sumi.workflow._decide import status_of
 from sumi.workflow._snapshot import capture, fold_of, instance_of, restore
 from sumi.workflow._state import Counts, Instance, evolve
 from sumi.workflow.commands import CreateInstance, SendEvent, TerminateInstance
