@@ -222,8 +222,7 @@ TARGET_JS = """
 export default {};
 export class Target {
   async run(event, step) {
-    const got = await step.waitForEvent('go', { type: 'go', timeoutSeconds: 600 });
-    return got.payload;
+    return await step.waitForEvent('go', { type: 'go', timeoutSeconds: 600 });  // the event's payload
   }
 }
 """
@@ -233,7 +232,7 @@ export class Caller {
   constructor(env) { this.env = env; }
   async run(event, step) {
     const id = event.params.target;
-    await step.do('create', async () => (await this.env.TARGET.create({ id, params: {} })).id);
+    await step.do('create', async () => ({ id: (await this.env.TARGET.create({ id, params: {} })).id }));
     const target = await this.env.TARGET.get(id);
     await step.do('event', async () => { await target.sendEvent({ type: 'go', payload: { n: event.params.n } }); });
     for (let i = 0; i < 300; i++) {
