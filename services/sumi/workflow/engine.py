@@ -28,11 +28,14 @@ Plumbing around the pure core (`_state`, `_decide`):
   (`_scheduler`): fair shares among Spaces, instances waiting for a usable Version, retries
   after a failed context. It starts runs through the engine and owns nothing durable.
 - A Workflow's delete (`_deletes`) stops its contexts, then purges its instances and reports
-  the Operation; a stop never confirmed is proven by the runtimes' exit (WF-13, WF-14).
+  each owned partition's share of the Operation; a stop never confirmed is proven by the
+  runtimes' exit (WF-13, WF-14). Instance counts (`_observe`) are reported per owned
+  partition too; the control plane sums them (WF-9).
 
 Replicas take turns (`sumi.engines.standby`): every replica joins the commands' group, one
-holds every partition and the others stand by, because the engine's decisions span
-partitions (a Workflow's delete, its instance counts, a Caller Binding's call). The holder
+holds every partition and the others stand by, because a Caller Binding's call still decides
+on an instance wherever its key hashes. (A delete and the counts are per-partition protocols
+already: whichever replica owns which partitions, they come out the same.) The holder
 starts its transactional producers only once it holds, which fences the one before it.
 """
 
@@ -50,11 +53,11 @@ from sumi.core import allocator, clock, ids, kafka, sealing
 from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.commands import Command as ControlCommand
-from sumi.core.commands import ResourceObserve, submitted
+from sumi.core.commands import submitted
 from sumi.core.config import Settings
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
-from sumi.core.topics import partition_for
+from sumi.core.topics import instance_key, partition_for
 from sumi.engines import exporter
 from sumi.engines.metrics import PlumbingMetrics
 from sumi.engines.runtimes import Runtimes
@@ -70,6 +73,7 @@ from sumi.workflow._control import WorkflowControl
 from sumi.workflow._deletes import Deletes
 from sumi.workflow._intake import Intake
 from sumi.workflow._metrics import WorkflowMetrics
+from sumi.workflow._observe import CountReports
 from sumi.workflow._runs import ContextRun
 from sumi.workflow._scheduler import Scheduler
 from sumi.workflow._spares import Spares
@@ -95,7 +99,7 @@ class Engine:
         # The instance log's partitions this replica decides (commands and log share the key, so
         # the same numbers): an instance of another partition is another replica's.
         self.owned: frozenset[int] = frozenset(range(settings.partitions))
-        self.table = InstanceTable(self.limits)
+        self.table = InstanceTable(self.limits, settings.partitions)
         self.instances = self.table.instances  # the table's (runs, bindings and checkpoints read it)
         self.ring = sealing.KeyRing()  # the data keys alive: the fold of the key topic
         self.runs: dict[str, ContextRun] = {}
@@ -108,7 +112,7 @@ class Engine:
         self.intake = Intake(settings, self)
         self.checkpoints = Checkpoints(settings, self)
         self.deletes = Deletes(self)
-        self.observed: dict[str, dict[str, int]] = {}
+        self.counts = CountReports(self)
         self.outbox: Outbox | None = None
         self.last_put: asyncio.Future[None] | None = None
         self.runtimes = Runtimes()  # one per kind
@@ -156,7 +160,7 @@ class Engine:
             elif isinstance(rec, r.MessageAccepted):  # a queue binding's send from a run
                 outs.append((self.settings.topic("queue"), rec.queueUid, rec))
             elif isinstance(rec, r.WorkflowRecord):
-                outs += self._sealed(key, rec)
+                outs += self._sealed(self._owned(key), rec)
             else:  # a command's answer
                 self.fold(key, rec)
                 outs.append((self.settings.topic("workflow"), key, rec))
@@ -165,6 +169,13 @@ class Engine:
         if outs:
             self.last_put = fut
         return fut
+
+    def _owned(self, key: str) -> str:
+        """An instance's key this replica writes records under: one of its own partitions'
+        (another replica decides and folds the rest). Asked only while it owns fewer than all."""
+        if len(self.owned) < self.settings.partitions and not self.owns(key):
+            raise RuntimeError(f"the instance log key {key!r} is of a partition this replica does not own")
+        return key
 
     def put(self, out: kafka.Out) -> None:
         """One record of no instance's (a quarantined command), committed in order with the rest."""
@@ -175,7 +186,15 @@ class Engine:
         """Fold one record and give what goes out for it: its new keys, the record sealed with
         them, and the tombstones of the keys it destroys, in that order (one transaction)."""
         keys = self.settings.topic("workflow.keys")
-        change = _keys.changes(self.instances.get(key), rec, self.ring, self.now(), lambda: f"dk_{ids.new_ulid()}")
+        part = self.table.partition_of
+        change = _keys.changes(
+            self.instances.get(key),
+            rec,
+            self.ring,
+            self.now(),
+            lambda: f"dk_{ids.new_ulid()}",
+            lambda iid: part(instance_key(rec.workflowUid, iid)) == part(key),  # asked by a purge only
+        )
         outs: list[tuple[str, str, Any]] = []
         for made in change.made:
             self.ring.add(made)
@@ -286,23 +305,10 @@ class Engine:
         self.deletes.step()
         if now - self._last_observe >= OBSERVE_MS:
             self._last_observe = now
-            self._observe()
+            self.counts.step()
             self.spares.retire({v for wf in self.control.workflows() for v, _ in self.control.allocation(wf)})
         self.scheduler.start_runs(now)
         return self.scheduler.next_look()
-
-    def _observe(self) -> None:
-        """WF-9: instance counts per status, reported to the control plane when they change.
-
-        The fold keeps the counts (`Counts`): this compares one small dict per Workflow."""
-        for wf in self.control.workflows():
-            if wf.state == "deleting":
-                continue
-            per = self.table.counts.of(wf.uid)
-            if self.observed.get(wf.uid) != per:
-                self.observed[wf.uid] = per
-                observe = ResourceObserve(uid=wf.uid, observed={"instanceCounts": per})
-                self.emit(wf.uid, [self.control_command(wf.space, observe)])
 
     async def schedule(self) -> None:
         await clock.drive(self.step, self.scheduler.wake)
