@@ -67,15 +67,14 @@ class Deletes:
             todo = [p for p in sorted(engine.owned) if (op, p) not in self.reported]
             if not todo:
                 continue
-            keys = _by_partition(engine.table, wf.uid)
-            stopping = [p for p in todo if not self._purge(wf, op, p, keys.get(p, []))]
-            now = engine.now()
+            keys, now = _by_partition(engine.table, wf.uid), engine.now()
+            stopping = [p for p in todo if not self._purge(wf, op, p, keys.get(p, []), now)]
             if not stopping:
                 self.stopping_since.pop(op, None)
             elif now - self.stopping_since.setdefault(op, now) >= STOP_PROOF_MS:
                 self._reconcile_stop(wf.space, op)
 
-    def _purge(self, wf: Workflow, op: str, partition: int, keys: list[str]) -> bool:
+    def _purge(self, wf: Workflow, op: str, partition: int, keys: list[str], now: int) -> bool:
         """Stop the live contexts of the Workflow's instances in `partition`; once none is left,
         purge them and report the partition's share of the delete. Whether it is done."""
         engine = self.engine
@@ -84,7 +83,6 @@ class Deletes:
             engine.runs[k].stop()
         if live:  # purged once every context is confirmed stopped
             return False
-        now = engine.now()
         purges = [engine.emit(k, [r.InstancePurged(wf.uid, engine.table.instances[k].instance_id, now)]) for k in keys]
         if keys:  # the partition's marker, keyed by one of its instances so it lands in the partition
             purges.append(engine.emit(keys[0], [r.InstancesPurged(wf.uid, now, op)]))
