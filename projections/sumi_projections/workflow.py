@@ -221,9 +221,12 @@ async def _purge(cur: Cursor, rec: Any) -> None:
         return
     # The Workflow's instances live in every partition, and partitions are applied in no
     # particular order among themselves: a tombstone keeps a record of another partition
-    # that is applied later from bringing an instance back (UIDs are never reused).
+    # that is applied later from bringing an instance back (UIDs are never reused). Each
+    # partition that held instances has a marker of its own: the earliest one's time is
+    # kept, whichever is applied first, so a replay (the audit) gives the same row.
     await cur.execute(
-        "INSERT INTO workflow_purged (workflow_uid, purged_at) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        "INSERT INTO workflow_purged (workflow_uid, purged_at) VALUES (%s, %s) ON CONFLICT (workflow_uid) "
+        "DO UPDATE SET purged_at = LEAST(workflow_purged.purged_at, EXCLUDED.purged_at)",
         (rec.workflowUid, ts(rec.at)),
     )
     for table in ("workflow_history", "workflow_instances"):

@@ -12,6 +12,7 @@ import pytest
 
 from sumi.core import records as r
 from sumi_projections import drop, migrate, workflow
+from sumi_projections.control import ts
 
 pytestmark = pytest.mark.integration
 
@@ -113,6 +114,11 @@ async def test_purges(cur: psycopg.AsyncCursor[Any]) -> None:  # WF-13, WF-47
     assert await rows(cur, "SELECT count(*) FROM workflow_history WHERE workflow_uid = %s", W) == [(0,)]
     assert await counts(cur) == {}
     assert await counts(cur, "res_other") == {"queued": 1}
+    # Each partition that held instances has its marker (replicas share the partitions): applied
+    # in any order, the tombstone keeps the earliest time, so a replay gives the same row.
+    await workflow.apply(cur, r.InstancesPurged(W, T0 + 8, "op_1"), 3, 0)
+    await workflow.apply(cur, r.InstancesPurged(W, T0 + 12, "op_1"), 2, 1)
+    assert await rows(cur, "SELECT purged_at FROM workflow_purged WHERE workflow_uid = %s", W) == [(ts(T0 + 8),)]
 
 
 async def test_decisions_reach_the_shared_table(cur: psycopg.AsyncCursor[Any]) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from sumi.control.forms import FORMS
 from sumi.control.forms._base import NAME_RE, ResourceView
+from sumi.control.forms.durable_workflow import counts_of, summed
 from sumi.control.forms.durable_workflow import observations as workflow_observations
 from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
 from sumi.control.forms.worker_deployment import active_deployment
@@ -359,6 +360,8 @@ def _operation_report(state: ControlState, cmd: r.CommandSubmitted, args: c.Oper
     op = space.operations.get(args.operation_id)
     if op is None or op.state in ("succeeded", "failed"):
         return Decision()
+    if args.partition is not None and args.partitions is not None:
+        return _part_report(space, op, args.partition, args.partitions, now)
     events: Records = []
     if args.observed is not None and op.resource_uid in space.resources:
         events.append(r.ResourceObserved(op.resource_uid, space.name, canonical(args.observed), now))
@@ -367,6 +370,19 @@ def _operation_report(state: ControlState, cmd: r.CommandSubmitted, args: c.Oper
         events.append(r.OperationStateChanged(op.id, space.name, "reconciling", args.effect or "unknown", now, error))
         return Decision(events)
     events += _finish(space, op, now, succeeded=args.outcome == "succeeded", error=error)
+    return Decision(events + _settle_waiting(space, events, op.id, now))
+
+
+def _part_report(space: SpaceState, op: OperationView, partition: int, partitions: int, now: int) -> Decision:
+    """One partition's share of the Operation is done (WF-13: its instances there purged, by the
+    engine that owns it). Recorded once however often it is reported (a crash, a rebalance); the
+    Operation succeeds with the share that completes partitions 0..partitions-1."""
+    if partition in op.parts_done:
+        return Decision()
+    events: Records = [r.OperationPartSucceeded(op.id, space.name, partition, now)]
+    if not set(range(partitions)) <= op.parts_done | {partition}:
+        return Decision(events)
+    events += _finish(space, op, now, succeeded=True)
     return Decision(events + _settle_waiting(space, events, op.id, now))
 
 
@@ -465,10 +481,33 @@ def _resource_observe(state: ControlState, cmd: r.CommandSubmitted, args: c.Reso
     """The Host's last confirmed observation of a Resource (QC-35, WF-9)."""
     space = state.space(cmd.space)
     resource = space.resources.get(args.uid)
+    if resource is not None and args.partition is not None:
+        return _counts_report(space, resource, args.partition, args.observed, now)
     if resource is None or dict(resource.observed) == args.observed:
         return Decision()
     observed = FORMS[resource.form].reported(space, resource, args.observed, now)
     return Decision([r.ResourceObserved(resource.uid, space.name, canonical(observed), now)])
+
+
+def _counts_report(
+    space: SpaceState, resource: ResourceView, partition: int, observed: Mapping[str, object], now: int
+) -> Decision:
+    """One partition's instance counts of a DurableWorkflow (WF-9), from the engine that owns the
+    partition: kept per partition, observed as their sum. The same counts again change nothing."""
+    if resource.form != DURABLE_WORKFLOW:
+        raise Problem("invalid_request", "only a DurableWorkflow's instance counts are reported per partition")
+    counts = counts_of(observed.get("instanceCounts"))
+    parts = space.instance_counts.get(resource.uid, {})
+    if counts == counts_of(parts.get(partition)):
+        return Decision()
+    total = summed({**parts, partition: counts}.values())
+    seen = FORMS[resource.form].reported(space, resource, {"instanceCounts": total}, now)
+    return Decision(
+        [
+            r.InstanceCountsObserved(resource.uid, space.name, partition, counts, now),
+            r.ResourceObserved(resource.uid, space.name, canonical(seen), now),
+        ]
+    )
 
 
 _RESOURCE_EVENTS = (r.ResourceCreated, r.ResourceUpdated, r.ResourceStateChanged, r.ResourceObserved, r.ResourceDeleted)

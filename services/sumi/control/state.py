@@ -38,6 +38,10 @@ class OperationView:
     # An update remembers the spec it replaced: until the update succeeds that spec is the one
     # in force (a Deployment's allocation), and a failed update puts it back.
     previous_spec: dict[str, Any] | None = None
+    # The partitions of the instance log whose share of the Operation is done, for one carried
+    # out per partition (a Workflow's delete, WF-13). A frozenset: a decision's scratch copy of
+    # the Operation (`replace`) folds into its own, never into this one.
+    parts_done: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -48,6 +52,9 @@ class SpaceState:
     operations: dict[str, OperationView] = field(default_factory=dict)
     # (principal, idempotency key) -> (request fingerprint, operation id)
     idempotency: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    # DurableWorkflow UID -> partition of the instance log -> status -> count, as its engine last
+    # reported (WF-9); a partition that counts nothing is absent. Observed shows only the sum.
+    instance_counts: dict[str, dict[int, dict[str, int]]] = field(default_factory=dict)
 
     # Registry protocol, as the Forms see it.
     def get(self, uid: str) -> ResourceView | None:
@@ -128,7 +135,10 @@ def evolve(state: ControlState, record: r.Record) -> None:
             space = state.space(record.space)
             if record.uid in space.resources:
                 space.resources[record.uid] = replace(space.resources[record.uid], observed=json.loads(record.observed))
+        case r.InstanceCountsObserved():
+            _count_part(state.space(record.space), record)
         case r.ResourceDeleted():
+            state.space(record.space).instance_counts.pop(record.uid, None)
             gone = state.space(record.space).resources.pop(record.uid, None)
             if gone is not None:
                 _forget(state, record.uid, gone.form)
@@ -142,12 +152,29 @@ def evolve(state: ControlState, record: r.Record) -> None:
                 op.state = record.state
                 if record.state in TERMINAL:
                     op.previous_spec = None
+                    op.parts_done = frozenset()
+        case r.OperationPartSucceeded():
+            op = state.space(record.space).operations.get(record.id)
+            if op is not None and op.state not in TERMINAL:
+                op.parts_done = op.parts_done | {record.partition}
         case r.CommandDecided():
             if record.accepted and record.idempotencyKey and record.operationId and record.fingerprint:
                 key = (record.principal, record.idempotencyKey)
                 state.space(record.space).idempotency[key] = (record.fingerprint, record.operationId)
         case _:
             pass
+
+
+def _count_part(space: SpaceState, record: r.InstanceCountsObserved) -> None:
+    if record.uid not in space.resources:
+        return
+    parts = space.instance_counts.setdefault(record.uid, {})
+    if any(record.counts.values()):
+        parts[record.partition] = dict(record.counts)
+    else:
+        parts.pop(record.partition, None)
+        if not parts:
+            del space.instance_counts[record.uid]
 
 
 def _forget(state: ControlState, uid: str, form: str) -> None:

@@ -133,7 +133,12 @@ Effect = Literal["none", "partial", "complete", "unknown"]
 
 
 class OperationReport(_Command, frozen=True):
-    """A service that owns an Operation's outside effect reports how it ended (or that it reconciles)."""
+    """A service that owns an Operation's outside effect reports how it ended (or that it reconciles).
+
+    With `partition` (of `partitions`) it reports one partition's share done: the owners of the
+    instance log's partitions each carry out theirs (a Workflow's delete, WF-13), and the
+    Operation succeeds once every partition's has. Payloads written before parts existed decode
+    as whole reports."""
 
     kind: ClassVar[str] = "operation.report"
     operation_id: str
@@ -141,14 +146,36 @@ class OperationReport(_Command, frozen=True):
     effect: Effect | None = None
     observed: dict[str, Any] | None = None  # None: nothing observed to record
     error: dict[str, Any] | None = None  # a Problem's JSON
+    partition: int | None = None
+    partitions: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.partition is None) != (self.partitions is None):
+            raise Problem("invalid_request", "a part's report names its partition and how many there are")
+        if self.partition is not None and self.outcome != "succeeded":
+            raise Problem("invalid_request", "a part is reported done (succeeded); the Operation itself reconciles")
+        _check_partition(self.partition, self.partitions)
 
 
 class ResourceObserve(_Command, frozen=True):
-    """The Host's last confirmed observation of a Resource (QC-35, WF-9)."""
+    """The Host's last confirmed observation of a Resource (QC-35, WF-9).
+
+    With `partition`, a DurableWorkflow's instance counts of that partition of the instance
+    log, from the engine that owns it: the control plane keeps each partition's latest and
+    observes their sum."""
 
     kind: ClassVar[str] = "resource.observe"
     uid: str
     observed: dict[str, Any]
+    partition: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_partition(self.partition, None)
+
+
+def _check_partition(partition: int | None, partitions: int | None) -> None:
+    if partition is not None and (partition < 0 or (partitions is not None and partition >= partitions)):
+        raise Problem("invalid_request", f"partition {partition} is not one of the instance log's")
 
 
 Command = (

@@ -135,6 +135,23 @@ class OperationStateChanged:
 
 
 @dataclass(frozen=True)
+class OperationPartSucceeded:
+    id: str
+    space: str
+    partition: int  # of the instance log: each owner of one carries out its share (WF-13)
+    at: int
+
+
+@dataclass(frozen=True)
+class InstanceCountsObserved:
+    uid: str
+    space: str
+    partition: int  # of the instance log; the Resource's observed counts are the sum (WF-9)
+    counts: dict[str, int]
+    at: int
+
+
+@dataclass(frozen=True)
 class MessageAccepted:
     queueUid: str
     space: str
@@ -374,6 +391,8 @@ ControlRecord = (
     | ResourceDeleted
     | OperationStarted
     | OperationStateChanged
+    | OperationPartSucceeded
+    | InstanceCountsObserved
 )
 
 # What goes on the queue topic (acceptances by the gateway and a handler's sends; the engine's decisions).
@@ -489,6 +508,8 @@ RECORD_TYPES: dict[str, type] = {
         ResourceDeleted,
         OperationStarted,
         OperationStateChanged,
+        OperationPartSucceeded,
+        InstanceCountsObserved,
         MessageAccepted,
         BatchDelivered,
         MessagesAcknowledged,

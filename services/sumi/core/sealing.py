@@ -18,6 +18,7 @@ import base64
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,8 +124,14 @@ class KeyRing:
     def keys_of(self, workflow_uid: str, instance_id: str) -> list[str]:
         return sorted(_ids(self.of_instance.get((workflow_uid, instance_id))))
 
-    def keys_of_workflow(self, workflow_uid: str) -> list[str]:
-        return sorted(k for (wf, _), ids in self.of_instance.items() if wf == workflow_uid for k in _ids(ids))
+    def keys_of_workflow(self, workflow_uid: str, instances: Callable[[str], bool] | None = None) -> list[str]:
+        """Every key of the Workflow's instances (those whose ID `instances` takes)."""
+        return sorted(
+            k
+            for (wf, iid), ids in self.of_instance.items()
+            if wf == workflow_uid and (instances is None or instances(iid))
+            for k in _ids(ids)
+        )
 
     def open(self, text: str | None) -> str | None:
         """A document as the log holds it, opened: plain text as is; sealed text with its key,

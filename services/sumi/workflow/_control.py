@@ -5,6 +5,7 @@ which the engine folds from every partition (every Space). Pure.
 """
 
 from sumi.control.forms import ResourceView
+from sumi.control.forms.durable_workflow import counts_of
 from sumi.control.forms.names import QUEUE
 from sumi.control.state import (
     LIVE,
@@ -63,6 +64,12 @@ class WorkflowControl:
         space = self.state.space_of(uid)
         op = space.unfinished_operation(uid) if space is not None else None
         return op.id if op is not None and op.kind == "delete" and op.state != "pending" else None
+
+    def held_counts(self, uid: str, partition: int) -> dict[str, int]:
+        """The instance counts of one partition the control plane holds for the Workflow (WF-9)."""
+        space = self.state.space_of(uid)
+        held = space.instance_counts.get(uid, {}).get(partition) if space is not None else None
+        return counts_of(held)
 
     def code(self, version_uid: str) -> VersionView | None:
         return version(self.state, version_uid)

@@ -7,7 +7,9 @@
 - Each event's payload has a key of its own, so a terminal transition can destroy the payloads
   of the events still unmatched (WF-25) while a matched one, whose payload a wait's result also
   holds, stays readable as long as the instance's history (until its purge).
-- A Workflow's `InstancesPurged` destroys whatever key of the Workflow is left.
+- A Workflow's `InstancesPurged` (one in each partition whose instances its delete purged)
+  destroys whatever key is left of the Workflow's instances in that partition: the keys of
+  another partition's instances are its owner's to destroy, with their purge.
 
 Decisions stay plain: the engine seals a record for the log after deciding and folding it
 (`sealing.seal_record`), and opens what it reads back at a rebuild, so the fold never sees
@@ -29,11 +31,18 @@ class Changes:
 
 
 def changes(
-    inst: Instance | None, rec: r.WorkflowRecord, ring: sealing.KeyRing, now: int, new_id: Callable[[], str]
+    inst: Instance | None,
+    rec: r.WorkflowRecord,
+    ring: sealing.KeyRing,
+    now: int,
+    new_id: Callable[[], str],
+    beside: Callable[[str], bool] | None = None,
 ) -> Changes:
-    """What `rec` does to the keys; `inst` is the instance before `rec` is folded."""
+    """What `rec` does to the keys; `inst` is the instance before `rec` is folded. `beside`
+    says whether an instance ID of the record's Workflow is in the record's partition (None:
+    the log has one)."""
     if isinstance(rec, r.InstancesPurged):
-        return Changes([], ring.keys_of_workflow(rec.workflowUid))
+        return Changes([], ring.keys_of_workflow(rec.workflowUid, beside))
     if isinstance(rec, r.InstancePurged):
         return Changes([], ring.keys_of(rec.workflowUid, rec.instanceId))
     made = []

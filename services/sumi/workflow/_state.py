@@ -19,13 +19,15 @@ them.
 """
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import assert_never
+from typing import TypeVar, assert_never
 
 from sumi.control.forms.durable_workflow import STATUSES
 from sumi.core import records as r
 
 TERMINAL = frozenset({"complete", "errored", "terminated"})
+K = TypeVar("K")
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,39 +257,64 @@ def _thaw(inst: Instance) -> None:
     inst.events = []
 
 
+def _one_partition(key: str) -> int:
+    return 0
+
+
 @dataclass
 class Counts:
     """Instances per status of each Workflow (WF-9), moved by the fold as statuses change, so
-    reporting them never recounts every instance. `fold` is `evolve` with the count kept."""
+    reporting them never recounts every instance. `fold` is `evolve` with the count kept.
+
+    Kept in all and per partition of the instance log: each partition's counts are reported by
+    the replica that owns it. Which partition an instance key is in is asked only when a count
+    moves (a status change), not for every record: the table hands in the partitioner."""
 
     per: dict[str, dict[str, int]] = field(default_factory=dict)  # workflow UID -> status -> count > 0
+    # workflow UID -> partition -> status -> count > 0
+    parts: dict[str, dict[int, dict[str, int]]] = field(default_factory=dict)
+    partition_of: Callable[[str], int] = field(default=_one_partition, repr=False, compare=False)
 
-    def of(self, workflow_uid: str) -> dict[str, int]:
-        per = self.per.get(workflow_uid, {})
+    def of(self, workflow_uid: str, partition: int | None = None) -> dict[str, int]:
+        """A count for every status: of the Workflow, or of its instances in one partition."""
+        if partition is None:
+            per = self.per.get(workflow_uid, {})
+        else:
+            per = self.parts.get(workflow_uid, {}).get(partition, {})
         return {s: per.get(s, 0) for s in STATUSES}
 
-    def add(self, inst: Instance) -> None:
+    def add(self, inst: Instance, key: str = "") -> None:
         """An instance restored whole (from a snapshot): counted under its status."""
         if _counted(inst) is not None:
-            self._move(inst.workflow_uid, None, _counted(inst))
+            self._move(inst.workflow_uid, key, None, _counted(inst))
 
-    def fold(self, inst: Instance | None, rec: LogRecord) -> Instance | None:
+    def fold(self, inst: Instance | None, rec: LogRecord, key: str = "") -> Instance | None:
         before = _counted(inst)  # read first: evolve changes the instance in place
         after = evolve(inst, rec)
         if after is not None and before != _counted(after):
-            self._move(after.workflow_uid, before, _counted(after))
+            self._move(after.workflow_uid, key, before, _counted(after))
         return after
 
-    def _move(self, workflow_uid: str, before: str | None, after: str | None) -> None:
-        per = self.per.setdefault(workflow_uid, {})
-        if before is not None:
-            per[before] -= 1
-            if not per[before]:
-                del per[before]
-        if after is not None:
-            per[after] = per.get(after, 0) + 1
-        if not per:
-            del self.per[workflow_uid]  # a deleted Workflow's entry goes with its last instance
+    def _move(self, workflow_uid: str, key: str, before: str | None, after: str | None) -> None:
+        _shift(self.per, workflow_uid, before, after)  # a deleted Workflow's entry goes with its last instance
+        parts = self.parts.setdefault(workflow_uid, {})
+        _shift(parts, self.partition_of(key), before, after)
+        if not parts:
+            del self.parts[workflow_uid]
+
+
+def _shift(table: dict[K, dict[str, int]], at: K, before: str | None, after: str | None) -> None:
+    """One instance moves from status `before` to `after` under `at`; an entry counting
+    nothing is dropped."""
+    per = table.setdefault(at, {})
+    if before is not None:
+        per[before] -= 1
+        if not per[before]:
+            del per[before]
+    if after is not None:
+        per[after] = per.get(after, 0) + 1
+    if not per:
+        del table[at]
 
 
 def _counted(inst: Instance | None) -> str | None:

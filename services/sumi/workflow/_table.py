@@ -1,6 +1,6 @@
 """The workflow engine's instance table: the fold of the instance log, and what is derived
 from it alone — each Workflow's instance keys (a delete purges them), the counts per status
-(WF-9) and the heap of durable due times (sleeps, wait timeouts, retries, retention purges).
+and partition (WF-9) and the heap of durable due times (sleeps, wait timeouts, retries, retention purges).
 
 Pure: no I/O, no clock. The engine folds each record into it as it decides it; a restart
 rebuilds it from the log (or a snapshot, `adopt`), so every timer is re-armed from the
@@ -11,22 +11,24 @@ import heapq
 from collections.abc import Iterator
 
 from sumi.core import records as r
+from sumi.core.topics import partition_for
 from sumi.workflow import _decide as d
 from sumi.workflow._state import Counts, Instance
 
 
 class InstanceTable:
-    def __init__(self, limits: d.Limits) -> None:
+    def __init__(self, limits: d.Limits, partitions: int = 1) -> None:
         self.limits = limits
+        self.partitions = partitions  # of the instance log: the key's partition is Kafka's
         self.instances: dict[str, Instance] = {}
         self.keys_of: dict[str, set[str]] = {}  # workflow UID -> its instances' keys
-        self.counts = Counts()  # per Workflow and status (WF-9)
+        self.counts = Counts(partition_of=self.partition_of)  # per Workflow, partition and status (WF-9)
         self.due: list[tuple[int, str]] = []  # (due time, key); stale entries are skipped
         self.armed: dict[str, int] = {}  # the due time each instance has in `due`
 
     def fold(self, key: str, rec: r.WorkflowRecord) -> Instance | None:
         """Fold one record of instance `key`; the instance it purged, if it did."""
-        inst = self.counts.fold(self.instances.get(key), rec)
+        inst = self.counts.fold(self.instances.get(key), rec, key)
         if inst is None:
             return None
         if not inst.purged:
@@ -43,7 +45,7 @@ class InstanceTable:
 
     def adopt(self, key: str, inst: Instance) -> None:
         """An instance as a snapshot holds it: in the table as if folded."""
-        self.counts.add(inst)
+        self.counts.add(inst, key)
         self._index(key, inst)
 
     def _index(self, key: str, inst: Instance) -> None:
@@ -72,6 +74,10 @@ class InstanceTable:
     def next_due(self) -> int | None:
         return self.due[0][0] if self.due else None
 
-    def keys(self, workflow_uid: str) -> list[str]:
-        """The keys of a Workflow's instances, in order."""
-        return sorted(self.keys_of.get(workflow_uid, ()))
+    def keys(self, workflow_uid: str, partition: int | None = None) -> list[str]:
+        """The keys of a Workflow's instances (in one partition), in order."""
+        keys = self.keys_of.get(workflow_uid, ())
+        return sorted(k for k in keys if partition is None or self.partition_of(k) == partition)
+
+    def partition_of(self, key: str) -> int:
+        return partition_for(key, self.partitions) if self.partitions > 1 else 0

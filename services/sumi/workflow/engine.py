@@ -28,7 +28,9 @@ Plumbing around the pure core (`_state`, `_decide`):
   (`_scheduler`): fair shares among Spaces, instances waiting for a usable Version, retries
   after a failed context. It starts runs through the engine and owns nothing durable.
 - A Workflow's delete (`_deletes`) stops its contexts, then purges its instances and reports
-  the Operation; a stop never confirmed is proven by the runtimes' exit (WF-13, WF-14).
+  each owned partition's share of the Operation; a stop never confirmed is proven by the
+  runtimes' exit (WF-13, WF-14). Instance counts (`_observe`) are reported per owned
+  partition too; the control plane sums them (WF-9).
 
 Replicas share the partitions (`sumi.engines.shares`): every replica joins the commands'
 group, and each assignment is a generation that fences its partitions' transactional
@@ -53,12 +55,12 @@ from sumi.core import allocator, clock, ids, kafka, sealing
 from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.commands import Command as ControlCommand
-from sumi.core.commands import ResourceObserve, submitted
+from sumi.core.commands import submitted
 from sumi.core.config import Settings
 from sumi.core.fencing import PartitionProducers
 from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
-from sumi.core.topics import partition_for
+from sumi.core.topics import instance_key, partition_for
 from sumi.engines import exporter
 from sumi.engines.metrics import PlumbingMetrics
 from sumi.engines.runtimes import Runtimes
@@ -74,6 +76,7 @@ from sumi.workflow._control import WorkflowControl
 from sumi.workflow._deletes import Deletes
 from sumi.workflow._intake import Intake
 from sumi.workflow._metrics import WorkflowMetrics
+from sumi.workflow._observe import CountReports
 from sumi.workflow._remote import Remote
 from sumi.workflow._replies import Replies
 from sumi.workflow._routes import elsewhere
@@ -112,7 +115,7 @@ class Engine:
         # The instance log's partitions this replica decides (commands and log share the key, so
         # the same numbers): an instance of another partition is another replica's.
         self.owned = owned
-        self.table = InstanceTable(self.limits)
+        self.table = InstanceTable(self.limits, self.settings.partitions)
         self.instances = self.table.instances  # the table's (runs, bindings and checkpoints read it)
         self.ring = sealing.KeyRing()  # the data keys alive: the fold of the key topic
         self.runs: dict[str, ContextRun] = {}
@@ -127,7 +130,7 @@ class Engine:
         self.intake = Intake(self.settings, self)
         self.checkpoints = Checkpoints(self.settings, self)
         self.deletes = Deletes(self)
-        self.observed: dict[str, dict[str, int]] = {}
+        self.counts = CountReports(self)
         self.outboxes: dict[int, Outbox] = {}  # one per owned partition, on its fenced producers
         self.runtimes = Runtimes()  # one per kind
         self._last_observe = 0
@@ -203,7 +206,15 @@ class Engine:
         """Fold one record and give what goes out for it: its new keys, the record sealed with
         them, and the tombstones of the keys it destroys, in that order (one transaction)."""
         keys = self.settings.topic("workflow.keys")
-        change = _keys.changes(self.instances.get(key), rec, self.ring, self.now(), lambda: f"dk_{ids.new_ulid()}")
+        part = self.table.partition_of
+        change = _keys.changes(
+            self.instances.get(key),
+            rec,
+            self.ring,
+            self.now(),
+            lambda: f"dk_{ids.new_ulid()}",
+            lambda iid: part(instance_key(rec.workflowUid, iid)) == part(key),  # asked by a purge only
+        )
         outs: list[tuple[str, str, Any]] = []
         for made in change.made:
             self.ring.add(made)
@@ -316,23 +327,10 @@ class Engine:
         self.deletes.step()
         if now - self._last_observe >= OBSERVE_MS:
             self._last_observe = now
-            self._observe()
+            self.counts.step()
             self.spares.retire({v for wf in self.control.workflows() for v, _ in self.control.allocation(wf)})
         self.scheduler.start_runs(now)
         return self.scheduler.next_look()
-
-    def _observe(self) -> None:
-        """WF-9: instance counts per status, reported to the control plane when they change.
-
-        The fold keeps the counts (`Counts`): this compares one small dict per Workflow."""
-        for wf in self.control.workflows():
-            if wf.state == "deleting":
-                continue
-            per = self.table.counts.of(wf.uid)
-            if self.observed.get(wf.uid) != per:
-                self.observed[wf.uid] = per
-                observe = ResourceObserve(uid=wf.uid, observed={"instanceCounts": per})
-                self.emit(wf.uid, [self.control_command(wf.space, observe)])
 
     async def schedule(self) -> None:
         await clock.drive(self.step, self.scheduler.wake)

@@ -130,16 +130,19 @@ async def test_delete_stops_purges_and_reports(kafka_bootstrap: str, database_ur
         assert {x.instanceId for x in b.log.records if isinstance(x, r.InstancePurged)} == {"d1", "d2"}
         assert not engine.runs and not [k for k in engine.instances if k.startswith(wf)]
         assert [x for x in b.log.records if isinstance(x, r.StepAttemptCommitted)] == []  # stopped, not finished
-        report = await _report(settings, op)
-        assert report["outcome"] == "succeeded"
+        reports = await _reports(settings, op, settings.partitions)
+        # one share per partition, an empty partition's included
+        assert sorted(x["partition"] for x in reports) == list(range(settings.partitions))
+        assert {x["outcome"] for x in reports} == {"succeeded"}
         refused = await b.create("d3")
         assert json.loads(refused.problem or "")["code"] == "not_found"  # intake closed
 
 
-async def _report(settings: Settings, op: str) -> dict[str, object]:
-    """The engine's operation.report for `op`, read from the control command topic."""
+async def _reports(settings: Settings, op: str, count: int) -> list[dict[str, object]]:
+    """The engine's first `count` operation.report commands for `op`, read from the control command topic."""
     consumer = reader(settings, "commands")
     await consumer.start()
+    found: list[dict[str, object]] = []
     try:
         for _ in range(200):
             for messages in (await consumer.getmany(timeout_ms=200)).values():
@@ -148,8 +151,10 @@ async def _report(settings: Settings, op: str) -> dict[str, object]:
                     if isinstance(rec, r.CommandSubmitted) and rec.kind == "operation.report":
                         payload: dict[str, object] = json.loads(rec.payload)
                         if payload["operationId"] == op:
-                            return payload
-        raise TimeoutError("no report")
+                            found.append(payload)
+            if len(found) >= count:
+                return found
+        raise TimeoutError(f"{len(found)} reports of {count}")
     finally:
         await consumer.stop()
 

@@ -26,6 +26,8 @@ SAMPLES = [
     r.ResourceDeleted("res_1", "demo", "op_3", 9),
     r.OperationStarted("op_1", "create", "demo", "res_1", 1, "alice", 10),
     r.OperationStateChanged("op_1", "demo", "failed", "none", 11, '{"code":"invalid_spec"}'),
+    r.OperationPartSucceeded("op_4", "demo", 3, 11),
+    r.InstanceCountsObserved("wf_1", "demo", 2, {"running": 2, "complete": 0}, 11),
     r.MessageAccepted("res_1", "demo", "msg_1", b"\x00\xff", 12, 13, "alice", "key"),
     r.BatchDelivered("res_1", "res_2", "bat_1", ("msg_1", "msg_2"), (1, 3), "res_3", 14),
     r.MessagesAcknowledged("res_1", "bat_1", ("msg_1",), "acknowledge", 15),

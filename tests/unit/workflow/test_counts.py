@@ -3,8 +3,9 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sumi.control.forms.durable_workflow import STATUSES
+from sumi.control.forms.durable_workflow import STATUSES, summed
 from sumi.core import records as r
+from sumi.core.topics import instance_key, partition_for
 from sumi.workflow._state import Counts, Instance, LogRecord
 
 WORKFLOWS = ("wf_a", "wf_b")
@@ -71,3 +72,26 @@ def test_a_purge_and_a_re_create_move_the_counts() -> None:  # WF-9, WF-19, WF-4
     assert counts.of("wf") == dict.fromkeys(STATUSES, 0) and counts.per == {}
     counts.fold(inst, r.InstanceCreated("wf", "i", "demo", 4))  # a purged ID may be used again
     assert counts.of("wf")["queued"] == 1
+
+
+PARTS = 3
+
+
+@given(log=records)
+def test_the_counts_per_partition_equal_a_recount_and_add_up(log: list[LogRecord]) -> None:  # WF-9
+    # each replica reports the partitions it owns: each partition's counts are exact, and together
+    # they are the Workflow's
+    counts, instances = Counts(partition_of=lambda key: partition_for(key, PARTS)), {}
+    for rec in log:
+        if isinstance(rec, r.CommandDecided):
+            continue
+        key = instance_key(rec.workflowUid, rec.instanceId)
+        inst = counts.fold(instances.get(key), rec, key)
+        if inst is not None:
+            instances[key] = inst
+    for wf in WORKFLOWS:
+        for part in range(PARTS):
+            here = {k: i for k, i in instances.items() if partition_for(k, PARTS) == part}
+            assert counts.of(wf, part) == _recount(here, wf)
+        assert summed(counts.of(wf, part) for part in range(PARTS)) == counts.of(wf)
+    assert set(counts.parts) == set(counts.per)  # a Workflow counting nothing is in neither

@@ -57,3 +57,13 @@ def test_a_purge_destroys_every_key_of_the_instance_or_the_workflow() -> None:  
     assert ring.keys_of_workflow("wf") == [] and ring.keys_of("other", "a") != []
     # A re-created ID after its purge gets a key of its own, never the destroyed one.
     assert apply(ring, None, r.InstanceCreated("wf", "a", "demo", 7, None)).made
+
+
+def test_a_partitions_marker_destroys_only_the_keys_of_its_partition() -> None:  # WF-13
+    # each replica purges its own partitions: another partition's keys are its owner's
+    ring = sealing.KeyRing()
+    for iid in ("a", "b", "c"):
+        apply(ring, None, r.InstanceCreated("wf", iid, "demo", 1, '"p"'))
+    here = {"a", "c"}
+    change = _keys.changes(None, r.InstancesPurged("wf", 6, "op_1"), ring, 7, new_id, lambda iid: iid in here)
+    assert change.dropped == sorted(ring.keys_of("wf", "a") + ring.keys_of("wf", "c"))

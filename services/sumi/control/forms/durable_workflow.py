@@ -19,7 +19,11 @@ control plane takes a Workflow to be Ready.
   is what the control plane knows: the worker's allocation in force weights
   only verified Versions exporting the class. The counts are the engine's
   (reported with `resource.observe`); the control plane knows them only at
-  create (all zero: the UID is new) and keeps the last reported ones.
+  create (all zero: the UID is new) and keeps the last reported ones. Each
+  engine replica reports the partitions of the instance log it owns, one
+  report per partition: the control plane keeps each partition's latest
+  (`InstanceCountsObserved`, in no observed a client reads) and observes their
+  sum, so the counts are exact whichever replica owns which partition.
 """
 
 import re
@@ -139,13 +143,27 @@ def workflow_observed(registry: Registry, workflow: ResourceView, now: int, coun
     """WF-9's observed: `ready`, a count for each of the seven statuses, `observedAt`."""
     if not isinstance(counts, Mapping):
         counts = workflow.observed.get("instanceCounts")
-    if not isinstance(counts, Mapping):
-        counts = {}
     return {
         "ready": is_ready(registry, workflow),
-        "instanceCounts": {s: _count(counts.get(s)) for s in STATUSES},
+        "instanceCounts": counts_of(counts),
         "observedAt": rfc3339(now),
     }
+
+
+def counts_of(counts: Any) -> dict[str, int]:
+    """A count for each of the seven statuses (absent or malformed: 0)."""
+    if not isinstance(counts, Mapping):
+        counts = {}
+    return {s: _count(counts.get(s)) for s in STATUSES}
+
+
+def summed(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """The Workflow's counts: the sum of its partitions' (WF-9)."""
+    total = dict.fromkeys(STATUSES, 0)
+    for part in parts:
+        for status, n in counts_of(part).items():
+            total[status] += n
+    return total
 
 
 def _count(value: Any) -> int:
