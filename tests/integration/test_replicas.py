@@ -291,12 +291,12 @@ async def test_two_workflow_engines_decide_binding_calls_counts_and_a_delete_acr
             while (seen := (await api.get(targets.uid)).json()["observed"]).get("instanceCounts") != want:
                 assert time.monotonic() < deadline, seen
                 await asyncio.sleep(0.2)
-            await api.done(await api.delete(targets.uid))
-            gone = await targets.get("t0-0")
+            await api.done(await api.delete(callers.uid))  # the targets' Workflow is bound: the callers' goes
+            gone = await callers.get("c0")
             assert gone.status_code == 404, gone.text
         records = await committed_log(own_host, "workflow")
-        purged = {x.instanceId for x in records if isinstance(x, r.InstancePurged) and x.workflowUid == targets.uid}
-        created = {x.instanceId for x in records if isinstance(x, r.InstanceCreated) and x.workflowUid == targets.uid}
+        purged = {x.instanceId for x in records if isinstance(x, r.InstancePurged) and x.workflowUid == callers.uid}
+        created = {x.instanceId for x in records if isinstance(x, r.InstanceCreated) and x.workflowUid == callers.uid}
         assert len(created) == PAIRS and purged == created  # every partition's, by whichever replica owned it
     finally:
         if second.poll() is None:
