@@ -152,7 +152,7 @@ class Intake:
                 try:
                     await consumer.commit(offsets)
                 except (CommitFailedError, IllegalGenerationError, RebalanceInProgressError) as exc:
-                    # A standby joined (or left) meanwhile: the same offsets go with the next round.
+                    # A replica joined (or left) meanwhile: the same offsets go with the next round.
                     log.info("workflow engine: committing the commands' offsets after a rebalance (%s)", exc)
                     continue
                 committed.update(offsets)
