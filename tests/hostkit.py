@@ -1,6 +1,9 @@
 """A Host of the test's own (sumi.testing, the kit worker authors use too), and this project's helpers around it."""
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -97,3 +100,9 @@ async def stable_members(bootstrap: str, groups: Iterable[str], n: int, timeout:
                 await asyncio.sleep(0.5)
     finally:
         await admin.close()
+
+
+def serve_replica(host: Host, service: str, name: str) -> "subprocess.Popen[bytes]":
+    """Another replica of a Host's service: `sumi serve SERVICE` with its own replica name."""
+    env = {**os.environ, **host.settings.to_env(), "SUMI_REPLICA": name}
+    return subprocess.Popen([sys.executable, "-m", "sumi.cli", "serve", service], env=env)

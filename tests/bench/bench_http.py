@@ -23,8 +23,6 @@ import asyncio
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -40,7 +38,7 @@ from tests.bench._profile import profiled
 from tests.bench._tail import Tail
 from tests.bench.bench_workflow import STEPS, TEN, dbos_bench, pct, pool
 from tests.conformance.kit import Api, Flows
-from tests.hostkit import Host, SpaceFixture, new_settings, running_host, stable_members
+from tests.hostkit import Host, SpaceFixture, new_settings, running_host, serve_replica, stable_members
 from tests.httpkit import WORKFLOW, Users
 
 N1 = int(os.environ.get("BENCH_WF_N1", "30"))
@@ -335,13 +333,7 @@ async def with_replicas(
     host: Host, people: Users, flows_of: Callable[[httpx.AsyncClient], Flows], ends: Ends, alone: dict[str, Any]
 ) -> None:
     """The c=100 run again with REPLICAS - 1 more workflow engines sharing the partitions."""
-    env = {**os.environ, **host.settings.to_env()}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "sumi.cli", "serve", "workflow"], env={**env, "SUMI_REPLICA": f"bench-{i}"}
-        )
-        for i in range(1, REPLICAS)
-    ]
+    procs = [serve_replica(host, "workflow", f"bench-{i}") for i in range(1, REPLICAS)]
     try:
         group = f"{host.settings.topic_prefix}-workflow-engine"
         await stable_members(host.settings.kafka_bootstrap, [group], REPLICAS, 120)

@@ -21,8 +21,6 @@ import functools
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from typing import Any
@@ -33,7 +31,7 @@ from sumi.core import codec
 from sumi.core import records as r
 from tests.bench._tail import Tail
 from tests.conformance.kit import Api
-from tests.hostkit import SpaceFixture, new_settings, running_host, stable_members
+from tests.hostkit import SpaceFixture, new_settings, running_host, serve_replica, stable_members
 from tests.httpkit import Users
 
 RAW_N = int(os.environ.get("BENCH_RAW_N", "50000"))
@@ -290,13 +288,7 @@ async def bench(host: Any) -> None:
 
 async def with_replicas(host: Any, api: Api, users: Users, watcher: AckWatcher) -> float:
     """(b) again, with REPLICAS - 1 more queue engines sharing the partitions."""
-    env = {**os.environ, **host.settings.to_env()}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "sumi.cli", "serve", "queue"], env={**env, "SUMI_REPLICA": f"bench-{i}"}
-        )
-        for i in range(1, REPLICAS)
-    ]
+    procs = [serve_replica(host, "queue", f"bench-{i}") for i in range(1, REPLICAS)]
     try:
         await stable_members(
             host.settings.kafka_bootstrap, [f"{host.settings.topic_prefix}-queue-engine"], REPLICAS, 120

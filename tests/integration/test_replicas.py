@@ -13,10 +13,8 @@ a proof the last test drives directly.
 
 import asyncio
 import base64
-import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -36,7 +34,16 @@ from sumi.core.topics import instance_key, partition_for
 from sumi_projections import drop, migrate
 from sumi_projections._owned import Owned
 from tests.conformance.kit import Api, Flows
-from tests.hostkit import Host, committed_log, control_log, new_settings, new_space, running_host, stable_members
+from tests.hostkit import (
+    Host,
+    committed_log,
+    control_log,
+    new_settings,
+    new_space,
+    running_host,
+    serve_replica,
+    stable_members,
+)
 from tests.httpkit import DEPLOYMENT, WORKER, WORKFLOW
 
 pytestmark = pytest.mark.integration
@@ -72,11 +79,6 @@ def own_host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
         yield h
 
 
-def _replica(host: Host, service: str, name: str) -> "subprocess.Popen[bytes]":
-    env = {**os.environ, **host.settings.to_env(), "SUMI_REPLICA": name}
-    return subprocess.Popen([sys.executable, "-m", "sumi.cli", "serve", service], env=env)
-
-
 async def _until_members(host: Host, n: int) -> None:
     prefix, schema = host.settings.topic_prefix, host.settings.db_schema
     await stable_members(host.settings.kafka_bootstrap, [f"{prefix}-{g.format(schema=schema)}" for g in GROUPS], n)
@@ -102,7 +104,7 @@ def _kill(host: Host, seconds: dict[str, "subprocess.Popen[bytes]"]) -> None:
 async def test_second_replicas_killed_under_load_lose_nothing_and_decide_nothing_twice(own_host: Host) -> None:
     # QC-43, QC-46, QC-48: what was accepted is decided once and applied once, whichever replica held it.
     # The control processor's standby takes over from its owner; the others' survivors take the dead one's share.
-    seconds = {service: _replica(own_host, service, "second") for service in SCALED}
+    seconds = {service: serve_replica(own_host, service, "second") for service in SCALED}
     try:
         await _until_members(own_host, 2)
         async with httpx.AsyncClient(base_url=own_host.url, timeout=60) as c:
@@ -181,7 +183,7 @@ async def test_two_workflow_engines_share_the_partitions_and_one_takes_over_from
             flows = Flows(api, await api.create(f"wf-{uuid.uuid4().hex[:8]}", WORKFLOW, spec))
             ids = [await flows.started() for _ in range(ALONE)]
             await asyncio.sleep(0.5)  # contexts running, steps in flight
-            second = _replica(own_host, "workflow", "second")
+            second = serve_replica(own_host, "workflow", "second")
             joined = asyncio.create_task(stable_members(own_host.settings.kafka_bootstrap, [group], 2))
             while not joined.done():  # instances running while the partitions are handed over
                 ids.append(await flows.started())
@@ -258,7 +260,7 @@ async def test_two_workflow_engines_decide_binding_calls_counts_and_a_delete_acr
     # counts are the sum over every partition; WF-13: a delete purges every partition's instances
     # and succeeds once.
     group = f"{own_host.settings.topic_prefix}-workflow-engine"
-    second = _replica(own_host, "workflow", "third")
+    second = serve_replica(own_host, "workflow", "third")
     try:
         await stable_members(own_host.settings.kafka_bootstrap, [group], 2)
         owner = {p: m for m, parts in (await _owners(own_host, group)).items() for p in parts}
