@@ -8,7 +8,9 @@ lets its consumers and producers close.
 """
 
 import asyncio
+import os
 import signal
+import sys
 from collections.abc import Coroutine
 from types import FrameType
 from typing import Any, TypeVar
@@ -90,8 +92,36 @@ async def run_until_stopped(main: Coroutine[Any, Any, None]) -> None:
     task = asyncio.ensure_future(main)
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, task.cancel)
+    loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
     try:
         await task
     except asyncio.CancelledError:
         if not task.cancelled():
             raise
+
+
+def dump_tasks() -> None:
+    """SIGUSR1: every task of the service's loop and the chain of awaits it is suspended in, on
+    stderr (its log), each line marked with the process ID (services share a log). A service that
+    stops making progress without failing shows here which await it hangs in."""
+    tasks = asyncio.all_tasks()
+    lines = [f"{len(tasks)} tasks"]
+    for task in tasks:
+        lines.append(f"task {task.get_name()}:")
+        lines.extend(f"  {where}" for where in awaiting(task.get_coro()))
+    mark = f"sumi[{os.getpid()}] "
+    sys.stderr.write("".join(mark + line + "\n" for line in lines))
+    sys.stderr.flush()
+
+
+def awaiting(coro: Any) -> list[str]:
+    """Where a suspended coroutine waits, outermost first: `Task.get_stack` gives one frame only."""
+    out = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is None:
+            out.append(f"on {coro!r}"[:200])
+            break
+        out.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
+    return out

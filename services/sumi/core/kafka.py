@@ -190,9 +190,22 @@ def new_producer(settings: Settings, transactional_id: str | None = None, **opti
 async def started(stack: contextlib.AsyncExitStack, client: Any) -> Any:
     """Start an aiokafka client and have `stack` stop it however the processor ends: a stop
     signal may come while it is still starting, and an unstopped client logs errors at exit."""
-    stack.push_async_callback(client.stop)
+    stack.push_async_callback(stop, client)
     await client.start()
     return client
+
+
+async def stop(client: Any) -> None:
+    """Stop an aiokafka client. A consumer's stop awaits the fetches it cancels, and one cancelled
+    while it backed off from a dead broker raises CancelledError out of `stop`: that must not pass
+    for a cancellation of the task closing it (it hid the error the task was closing for)."""
+    try:
+        await client.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        log.warning("a Kafka client's fetch was cancelled while it stopped")
 
 
 def send(producer: AIOKafkaProducer, topic: str, key: str, record: Any, partitions: int) -> Awaitable[Any]:

@@ -90,9 +90,16 @@ class Shares(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is un
         self.task.add_done_callback(self._ended)
 
     def _ended(self, task: "asyncio.Task[None]") -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
+        """A generation ended while it still owned its partitions (`_end` removes this callback
+        before it cancels one): a failure, even when it ended cancelled, for a CancelledError
+        raised inside it (not by `_end`) would otherwise leave the partitions read and undecided."""
+        try:
+            exc = task.exception()
+        except asyncio.CancelledError as cancelled:  # not a stop: the process must end, not exit 0
+            log.error(
+                "%s: the generation of %s was cancelled from within", self.name, sorted(self.owned), exc_info=cancelled
+            )
+            exc = RuntimeError(f"{self.name}: a generation was cancelled from within")
         self._fail(exc if exc is not None else RuntimeError(f"{self.name}: a generation ended by itself"))
 
     def _fail(self, exc: BaseException) -> None:

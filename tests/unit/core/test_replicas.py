@@ -53,8 +53,8 @@ def test_a_projection_replica_applies_only_partitions_whose_rows_have_not_moved(
 class _Generation:
     """An engine's generation that only notes what the shares do with it."""
 
-    def __init__(self, fails: bool = False) -> None:
-        self.fails = fails
+    def __init__(self, fails: bool = False, cancelled: bool = False) -> None:
+        self.fails, self.cancelled = fails, cancelled
         self.taken: list[tuple[int, int]] = []
         self.ended = asyncio.Event()
         self.ready: Callable[[], None] | None = None
@@ -65,6 +65,8 @@ class _Generation:
         try:
             if self.fails:
                 raise RuntimeError("a commit failed")
+            if self.cancelled:  # e.g. a client library's CancelledError, not a stop of ours
+                raise asyncio.CancelledError()
             await asyncio.Event().wait()
         finally:
             self.ended.set()
@@ -130,6 +132,15 @@ async def test_a_failed_workflow_generation_ends_the_replica() -> None:
     await shares.on_partitions_assigned([TopicPartition("t1.workflow.commands", 0)])
     with pytest.raises(RuntimeError, match="a commit failed"):
         await shares.failed
+
+
+async def test_a_generation_cancelled_from_within_ends_the_replica() -> None:
+    # WF-46: only a revocation ends a generation quietly; otherwise its partitions would stay
+    # assigned here, their commands read and never decided (seen when a broker died)
+    shares = _shares(_Generation(cancelled=True), [])
+    await shares.on_partitions_assigned([TopicPartition("t1.workflow.commands", 0)])
+    with pytest.raises(RuntimeError, match="cancelled from within"):
+        await asyncio.wait_for(shares.failed, 5)
 
 
 async def test_a_decision_of_a_fold_a_rebalance_replaced_is_never_committed() -> None:
