@@ -2,7 +2,6 @@
 broker: one engine owns every partition, and the test setting sends every call that way."""
 
 import json
-import os
 from typing import Any
 
 import pytest
@@ -122,24 +121,3 @@ async def test_a_caller_terminated_while_it_waits_is_cancelled_and_its_command_d
         assert decided.accepted and json.loads(decided.result or "") == {"id": "me", "status": "terminated"}
         assert b.log.of("me", r.StepAttemptCommitted) == []
         await until(lambda: not engine.replies.waiting, 10)
-
-
-async def _status_ms(settings: Settings, n: int) -> list[int]:
-    async with engine_bench(settings) as (b, _):
-        await b.deploy(FLOW, binding="SELF")
-        assert (await b.create("done", {"role": "done", "n": 1})).accepted
-        await b.status("done", "complete")
-        assert (await b.create("timer", {"role": "timing", "done": "done", "n": n})).accepted
-        assert await b.status("timer", "complete", "errored", timeout=120) == "complete"
-        ms: list[int] = output(b, "timer")["ms"]
-        return ms
-
-
-@pytest.mark.skipif(not os.environ.get("SUMI_MEASURE"), reason="a measurement, run by hand (docs/decisions.md)")
-async def test_measure_a_remote_status_against_a_local_one(kafka_bootstrap: str, database_url: str) -> None:
-    # WF-21 (a measurement, not a requirement's test)
-    n = 200
-    local = sorted(await _status_ms(new_settings(kafka_bootstrap, database_url), n))
-    through_log = sorted(await _status_ms(remote(kafka_bootstrap, database_url), n))
-    for name, ms in (("local", local), ("through the log", through_log)):
-        print(f"status() {name}: p50 {ms[n // 2]} ms, p90 {ms[n * 9 // 10]} ms, max {ms[-1]} ms")
