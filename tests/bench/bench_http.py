@@ -34,6 +34,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 
 from sumi.core import codec, kafka
 from sumi.core import records as r
+from tests.bench._parts import parts
 from tests.bench._profile import profiled
 from tests.bench._tail import Tail
 from tests.bench.bench_workflow import STEPS, TEN, dbos_bench, pct, pool
@@ -374,11 +375,7 @@ async def bench(host: Host) -> None:
 
 
 def main() -> None:
-    from sumi.infra import KafkaBroker, PostgresServer
-
-    with contextlib.ExitStack() as stack:
-        kafka = os.environ.get("SUMI_KAFKA_BOOTSTRAP") or stack.enter_context(KafkaBroker()).bootstrap
-        db = os.environ.get("SUMI_DATABASE_URL") or stack.enter_context(PostgresServer()).url
+    with parts() as (kafka, db):
         with running_host(new_settings(kafka, db)) as host:
             asyncio.run(bench(host))
 

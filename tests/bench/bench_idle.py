@@ -15,6 +15,7 @@ import time
 
 import psutil
 
+from tests.bench._parts import parts
 from tests.hostkit import new_settings, running_host
 
 SETTLE, MEASURE = 15.0, float(os.environ.get("BENCH_IDLE_SECONDS", "60"))
@@ -40,18 +41,14 @@ def cpu(procs: list[psutil.Process]) -> float:
 
 
 def main() -> None:
-    from sumi.infra import KafkaBroker, PostgresServer
-
-    with contextlib.ExitStack() as stack:
-        kafka = os.environ.get("SUMI_KAFKA_BOOTSTRAP") or stack.enter_context(KafkaBroker()).bootstrap
-        db = os.environ.get("SUMI_DATABASE_URL") or stack.enter_context(PostgresServer()).url
+    with parts() as (kafka, db):
         with running_host(new_settings(kafka, db)):
             time.sleep(SETTLE)  # past the start's own work
-            parts = services()
-            before, t0 = {n: cpu(p) for n, p in parts.items()}, time.monotonic()
+            procs = services()
+            before, t0 = {n: cpu(p) for n, p in procs.items()}, time.monotonic()
             time.sleep(MEASURE)
             elapsed = time.monotonic() - t0
-            shares = {n: round(100 * (cpu(p) - before[n]) / elapsed, 2) for n, p in sorted(parts.items())}
+            shares = {n: round(100 * (cpu(p) - before[n]) / elapsed, 2) for n, p in sorted(procs.items())}
             print(json.dumps({"idle CPU, % of one core": shares, "seconds": round(elapsed)}), flush=True)
             print(json.dumps({"target < 1 % each": all(v < 1.0 for v in shares.values())}), flush=True)
 

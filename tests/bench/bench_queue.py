@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import functools
 import json
 import os
@@ -29,6 +28,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from sumi.core import codec
 from sumi.core import records as r
+from tests.bench._parts import parts
 from tests.bench._tail import Tail
 from tests.conformance.kit import Api
 from tests.hostkit import SpaceFixture, new_settings, running_host, serve_replica, stable_members
@@ -302,11 +302,7 @@ async def with_replicas(host: Any, api: Api, users: Users, watcher: AckWatcher) 
 
 
 def main() -> None:
-    from sumi.infra import KafkaBroker, PostgresServer
-
-    with contextlib.ExitStack() as stack:
-        kafka = os.environ.get("SUMI_KAFKA_BOOTSTRAP") or stack.enter_context(KafkaBroker()).bootstrap
-        db = os.environ.get("SUMI_DATABASE_URL") or stack.enter_context(PostgresServer()).url
+    with parts() as (kafka, db):
         with running_host(new_settings(kafka, db)) as host:
             asyncio.run(bench(host))
 

@@ -10,10 +10,9 @@ Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 
 from sumi.core.config import Settings
+from tests.bench._parts import parts
 from tests.hostkit import new_settings
 from tests.integration.workflow.engine_kit import engine_bench
 from tests.integration.workflow.test_remote_bindings import FLOW, output, remote
@@ -40,11 +39,7 @@ async def bench(kafka: str, db: str) -> None:
 
 
 def main() -> None:
-    from sumi.infra import KafkaBroker, PostgresServer
-
-    with contextlib.ExitStack() as stack:
-        kafka = os.environ.get("SUMI_KAFKA_BOOTSTRAP") or stack.enter_context(KafkaBroker()).bootstrap
-        db = os.environ.get("SUMI_DATABASE_URL") or stack.enter_context(PostgresServer()).url
+    with parts() as (kafka, db):
         asyncio.run(bench(kafka, db))
 
 

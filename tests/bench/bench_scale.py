@@ -39,6 +39,7 @@ from aiokafka import TopicPartition
 
 from sumi.core import codec
 from sumi.core import records as r
+from tests.bench._parts import parts
 from tests.bench._tail import Tail
 from tests.bench.bench_queue import WORKER, AckWatcher, send, wait_acked
 from tests.conformance.kit import Api, Flows
@@ -336,13 +337,9 @@ def report(queues: list[dict[str, Any]], flows: list[dict[str, Any]]) -> None:
 
 
 def main() -> None:
-    from sumi.infra import KafkaBroker, PostgresServer
-
     queues: list[dict[str, Any]] = []
     flows: list[dict[str, Any]] = []
-    with contextlib.ExitStack() as stack:
-        kafka = os.environ.get("SUMI_KAFKA_BOOTSTRAP") or stack.enter_context(KafkaBroker()).bootstrap
-        db = os.environ.get("SUMI_DATABASE_URL") or stack.enter_context(PostgresServer()).url
+    with parts() as (kafka, db):
         for n, m in zip_longest(MESSAGES, INSTANCES):
             # SUMI_LOG_LEVEL=INFO shows the engines' snapshots and restores on stderr
             level = os.environ.get("SUMI_LOG_LEVEL", "WARNING")

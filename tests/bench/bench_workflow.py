@@ -29,6 +29,7 @@ import psutil
 
 from sumi.core import records as r  # noqa: E402
 from sumi.workflow import commands as c  # noqa: E402
+from tests.bench._parts import parts
 from tests.hostkit import new_settings
 from tests.integration.workflow.engine_kit import Bench, engine_bench, engine_process
 
@@ -272,11 +273,7 @@ async def bench(kafka: str, db: str) -> None:
 
 
 def main() -> None:
-    from sumi.infra import KafkaBroker, PostgresServer
-
-    with contextlib.ExitStack() as stack:
-        kafka = os.environ.get("SUMI_KAFKA_BOOTSTRAP") or stack.enter_context(KafkaBroker()).bootstrap
-        db = os.environ.get("SUMI_DATABASE_URL") or stack.enter_context(PostgresServer()).url
+    with parts() as (kafka, db):
         asyncio.run(bench(kafka, db))
 
 
