@@ -30,8 +30,9 @@ def _spy() -> str | None:
 
 
 @contextlib.contextmanager
-def profiled(parts: dict[str, list[psutil.Process]], top: int = 12) -> Iterator[None]:
-    """Samples the first process of every part that runs Python while the block runs."""
+def profiled(parts: dict[str, list[psutil.Process]], label: str = "", top: int = 12) -> Iterator[None]:
+    """Samples the first process of every part that runs Python while the block runs; `label`
+    names the run in what it prints."""
     spy = _spy()
     if not WANTED or spy is None:
         if WANTED:
@@ -55,7 +56,7 @@ def profiled(parts: dict[str, list[psutil.Process]], top: int = 12) -> Iterator[
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)
             if file.exists():
-                print(json.dumps({"profile": name, **summary(file, top)}), flush=True)
+                print(json.dumps({"profile": f"{name} {label}".strip(), **summary(file, top)}), flush=True)
         print(json.dumps({"profile files": str(out)}), flush=True)
 
 

@@ -312,11 +312,12 @@ async def sumi_bench(host: Host) -> list[dict[str, Any]]:
         await ends.start()
         try:
             await sumi_run(people, flows_of, ends, 5, 5)  # warm-up: runtime started, JIT, connections
-            one = await sumi_run(people, flows_of, ends, N1, 1)
             parts = processes(host)
+            with profiled(parts, "c=1"):
+                one = await sumi_run(people, flows_of, ends, N1, 1)
             before, t0 = cpu(parts), time.perf_counter()
             lag = asyncio.create_task(projection_lag(host, ends))
-            with profiled(parts):
+            with profiled(parts, "c=100"):
                 hundred = await sumi_run(people, flows_of, ends, N100, 100)
             after, elapsed = cpu(parts), time.perf_counter() - t0
             lag.cancel()
