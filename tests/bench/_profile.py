@@ -18,6 +18,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -92,3 +93,35 @@ def summary(file: Path, top: int) -> dict[str, object]:
         "self %": {f: round(100 * n / busy, 1) for f, n in own.most_common(top)},
         "total %": {f: round(100 * n / busy, 1) for f, n in total.most_common(top + 8)},
     }
+
+
+def processes(host: Any) -> dict[str, list[psutil.Process]]:
+    """Each service by name, the runtimes it started apart; the broker and PostgreSQL; this client."""
+    out: dict[str, list[psutil.Process]] = {"bench client": [psutil.Process()]}
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            cmd = p.cmdline()
+            if "serve" in cmd and cmd.index("serve") + 1 < len(cmd):
+                name = cmd[cmd.index("serve") + 1]
+                out.setdefault(name, []).append(p)
+                if kids := p.children(recursive=True):  # the worker runtimes it started
+                    out.setdefault(f"{name} runtimes", []).extend(kids)
+    for p in psutil.process_iter(["name", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if p.info["name"] == "java" and "kafka" in cmd:
+            out.setdefault("kafka", []).append(p)
+        elif (p.info["name"] or "").startswith("postgres"):
+            out.setdefault("postgres", []).append(p)
+    return out
+
+
+def cpu(parts: dict[str, list[psutil.Process]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, procs in parts.items():
+        total = 0.0
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        out[name] = total
+    return out

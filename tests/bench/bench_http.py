@@ -20,7 +20,6 @@ Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import time
@@ -29,13 +28,12 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-import psutil
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from sumi.core import codec, kafka
 from sumi.core import records as r
 from tests.bench._parts import parts
-from tests.bench._profile import profiled
+from tests.bench._profile import cpu, processes, profiled
 from tests.bench._tail import Tail
 from tests.bench.bench_workflow import STEPS, TEN, dbos_bench, pct, pool
 from tests.conformance.kit import Api, Flows
@@ -149,38 +147,6 @@ async def sumi_run(
         "create_phases_p50_ms": {phase: round(pct(v, 50), 1) for phase, v in phases.items()},
     }
     print(json.dumps(out), flush=True)
-    return out
-
-
-def processes(host: Host) -> dict[str, list[psutil.Process]]:
-    """Each service by name, the runtimes it started apart; the broker and PostgreSQL; this client."""
-    out: dict[str, list[psutil.Process]] = {"bench client": [psutil.Process()]}
-    for p in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            cmd = p.cmdline()
-            if "serve" in cmd and cmd.index("serve") + 1 < len(cmd):
-                name = cmd[cmd.index("serve") + 1]
-                out.setdefault(name, []).append(p)
-                if kids := p.children(recursive=True):  # the worker runtimes it started
-                    out.setdefault(f"{name} runtimes", []).extend(kids)
-    for p in psutil.process_iter(["name", "cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if p.info["name"] == "java" and "kafka" in cmd:
-            out.setdefault("kafka", []).append(p)
-        elif (p.info["name"] or "").startswith("postgres"):
-            out.setdefault("postgres", []).append(p)
-    return out
-
-
-def cpu(parts: dict[str, list[psutil.Process]]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for name, procs in parts.items():
-        total = 0.0
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                t = p.cpu_times()
-                total += t.user + t.system
-        out[name] = total
     return out
 
 

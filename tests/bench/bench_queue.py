@@ -7,6 +7,7 @@
     10. Latency per message = time its MessagesAcknowledged is readable (committed)
     minus the start of the POST that sent it.
 (c) the ratio b/a, and (d) p50/p99 latency at 1,000 messages/s offered (BENCH_RATE sets another).
+BENCH_PROFILE=1 prints py-spy profiles of the services during (b); (b) prints CPU seconds per process.
 (e) with BENCH_REPLICAS=2: (b) again with a second queue engine beside the first (the engines
     share the queue log's partitions; BENCH_QUEUES queues, 6 by default then, spread the load).
 Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
@@ -29,6 +30,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sumi.core import codec
 from sumi.core import records as r
 from tests.bench._parts import parts
+from tests.bench._profile import cpu, processes, profiled
 from tests.bench._tail import Tail
 from tests.conformance.kit import Api
 from tests.hostkit import SpaceFixture, new_settings, running_host, serve_replica, stable_members
@@ -185,7 +187,8 @@ async def wait_acked(watcher: AckWatcher, sent: dict[str, float], timeout: float
         await asyncio.sleep(0.05)
 
 
-async def end_to_end(api: Api, users: Users, watcher: AckWatcher) -> tuple[float, list[float]]:
+async def warmed_queues(api: Api, users: Users, watcher: AckWatcher) -> list[str]:
+    """QUEUES queues with a consumer each, their runtime started and warm."""
     w = await api.worker(WORKER)
     queues = [await api.queue() for _ in range(QUEUES)]
     for q in queues:
@@ -194,6 +197,10 @@ async def end_to_end(api: Api, users: Users, watcher: AckWatcher) -> tuple[float
     for q in queues:
         await send(api, users, q, 100, warm)
     await wait_acked(watcher, warm)
+    return queues
+
+
+async def end_to_end(api: Api, users: Users, watcher: AckWatcher, queues: list[str]) -> tuple[float, list[float]]:
     sent: dict[str, float] = {}
     posts = E2E_N // 100
     queue_of_posts: asyncio.Queue[int] = asyncio.Queue()
@@ -255,7 +262,14 @@ async def bench(host: Any) -> None:
         watcher = AckWatcher(host.settings)
         await watcher.start()
         try:
-            e2e, lat = await end_to_end(api, users, watcher)
+            queues = await warmed_queues(api, users, watcher)
+            procs = processes(host)  # the queue's runtime included: it started with the warm-up
+            before, t0 = cpu(procs), time.perf_counter()
+            with profiled(procs, "(b)"):
+                e2e, lat = await end_to_end(api, users, watcher, queues)
+            after, elapsed = cpu(procs), time.perf_counter() - t0
+            seconds = {k: round(after[k] - before[k], 1) for k in after}
+            print(json.dumps({"(b) cpu seconds": seconds, "wall seconds": round(elapsed, 1)}), flush=True)
             rate_lat, rate_posts, rate_phases = await offered_rate(api, users, watcher)
             scaled = await with_replicas(host, api, users, watcher) if REPLICAS > 1 else None
         finally:
@@ -293,7 +307,7 @@ async def with_replicas(host: Any, api: Api, users: Users, watcher: AckWatcher) 
         await stable_members(
             host.settings.kafka_bootstrap, [f"{host.settings.topic_prefix}-queue-engine"], REPLICAS, 120
         )
-        e2e, _ = await end_to_end(api, users, watcher)
+        e2e, _ = await end_to_end(api, users, watcher, await warmed_queues(api, users, watcher))
         return e2e
     finally:
         for proc in procs:

@@ -7,9 +7,9 @@ in `schemas/history/` stay readable and are resolved to the current one.
 """
 
 import dataclasses
+import importlib
 import io
 import json
-from datetime import datetime
 from functools import cache
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -46,43 +46,132 @@ def _parse(path: Traversable) -> dict[str, Any]:
     return parsed
 
 
+def _plain(schema: Any) -> Any:
+    """The schema without its logical types: the same bytes on the wire (a timestamp-millis is a
+    long), read as the ints our records hold instead of datetimes converted back."""
+    if isinstance(schema, dict):
+        return {k: _plain(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [_plain(v) for v in schema]
+    return schema
+
+
+@dataclasses.dataclass(frozen=True)
+class _Schema:
+    """One schema, parsed once for fastavro with the names it defines: fastavro's public calls
+    parse their schema again on every record, a third of a record's cost."""
+
+    name: str  # the record type it reads as (a superseded version's current name)
+    plain: dict[str, Any]
+    named: dict[str, Any]
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> "_Schema":
+        named: dict[str, Any] = {}
+        plain: dict[str, Any] = parse_schema(_plain(raw), named, _write_hint=False)  # type: ignore[assignment]
+        return cls(_short_name(raw), plain, named)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Registry:
+    header: dict[str, bytes]  # type name -> magic + fingerprint of its current schema
+    current: dict[str, _Schema]  # type name -> its current schema
+    writers: dict[bytes, _Schema]  # fingerprint -> the schema that wrote it (current or history)
+    parsed: dict[str, dict[str, Any]]  # type name -> its current schema as fastavro parses it
+
+
 @cache
-def _registry() -> tuple[dict[str, dict[str, Any]], dict[bytes, dict[str, Any]]]:
-    current: dict[str, dict[str, Any]] = {}
-    by_fp: dict[bytes, dict[str, Any]] = {}
-    header: dict[str, bytes] = _HEADERS
+def _registry() -> _Registry:
+    reg = _Registry({}, {}, {}, {})
     root = schemas_dir()
     for path in _avsc(root):
         parsed = _parse(path)
-        current[path.name.removesuffix(".avsc")] = parsed
-        by_fp[_fp(parsed)] = parsed
-        header[path.name.removesuffix(".avsc")] = MAGIC + _fp(parsed)
+        name = path.name.removesuffix(".avsc")
+        reg.current[name] = reg.writers[_fp(parsed)] = _Schema.of(json.loads(path.read_text()))
+        reg.header[name] = MAGIC + _fp(parsed)
+        reg.parsed[name] = parsed
     for path in _avsc(root / "history"):
         parsed = _parse(path)
-        by_fp[_fp(parsed)] = parsed
-    return current, by_fp
-
-
-_HEADERS: dict[str, bytes] = {}
+        reg.writers[_fp(parsed)] = _Schema.of(json.loads(path.read_text()))
+    return reg
 
 
 def schema_of(type_name: str) -> dict[str, Any]:
-    return _registry()[0][type_name]
+    return _registry().parsed[type_name]
 
 
 def _short_name(parsed: dict[str, Any]) -> str:
     return str(parsed["name"]).rsplit(".", 1)[-1]
 
 
+# fastavro's compiled reader and writer under its public calls, given schemas parsed once. They
+# are not public: `_fast()` proves them on a record at the first use and otherwise the public
+# calls serve (the same bytes, slower).
+_READ_DATA: Any = getattr(importlib.import_module("fastavro._read"), "_read_data", None)
+_WRITE_DATA: Any = getattr(importlib.import_module("fastavro._write"), "write_data", None)
+_OPTIONS = {
+    "return_record_name": False,
+    "return_record_name_override": False,
+    "handle_unicode_errors": "strict",
+    "return_named_type": False,
+    "return_named_type_override": False,
+}
+
+
+def _read_public(body: io.BytesIO, writer: _Schema, reader: _Schema | None) -> Any:
+    return fastavro.schemaless_reader(body, writer.plain, None if reader is None else reader.plain)
+
+
+def _write_public(out: bytearray, schema: _Schema, values: dict[str, Any]) -> None:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, schema.plain, values)
+    out += buf.getvalue()
+
+
+def _read_compiled(body: io.BytesIO, writer: _Schema, reader: _Schema | None) -> Any:
+    named = {"writer": writer.named, "reader": {} if reader is None else reader.named}
+    return _READ_DATA(body, writer.plain, named, None if reader is None else reader.plain, _OPTIONS)
+
+
+def _write_compiled(out: bytearray, schema: _Schema, values: dict[str, Any]) -> None:
+    _WRITE_DATA(out, values, schema.plain, schema.named, "", {})
+
+
+@cache
+def _fast() -> tuple[Any, Any]:
+    """The compiled pair when it writes and reads a record as the public calls do, else those."""
+    sample = {
+        "name": "Probe",
+        "type": "record",
+        "fields": [{"name": "a", "type": "string"}, {"name": "b", "type": "long"}],
+    }
+    probe = _Schema.of(sample)
+    values = {"a": "x", "b": 1 << 40}
+    try:
+        out = bytearray()
+        _write_compiled(out, probe, values)
+        public = bytearray()
+        _write_public(public, probe, values)
+        if out == public and _read_compiled(io.BytesIO(bytes(out)), probe, None) == values:
+            return _read_compiled, _write_compiled
+    except Exception:  # another fastavro: its public calls
+        pass
+    return _read_public, _write_public
+
+
+_FIELDS: dict[str, tuple[str, ...]] = {}  # record type -> its fields, in order
+
+
 def encode(record: Record) -> bytes:
     name = type(record).__name__
-    parsed = schema_of(name)
-    out = io.BytesIO()
-    out.write(_HEADERS[name])  # magic + fingerprint, computed once per schema
+    reg = _registry()
+    schema = reg.current[name]
+    out = bytearray(reg.header[name])  # magic + fingerprint, computed once per schema
     # A shallow dict: asdict() deep-copies every field, bodies included, for nothing.
-    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
-    fastavro.schemaless_writer(out, parsed, _to_avro(values))
-    return out.getvalue()
+    fields = _FIELDS.get(name) or _FIELDS.setdefault(name, tuple(f.name for f in dataclasses.fields(record)))
+    values = {f: getattr(record, f) for f in fields}
+    _fast()[1](out, schema, _to_avro(values))
+    return bytes(out)
 
 
 class Undecodable(ValueError):
@@ -100,35 +189,29 @@ def decode(data: bytes) -> Record:
         raise Undecodable("not_avro", "not an Avro single-object encoded record")
     if len(data) < 10:
         raise Undecodable("truncated", f"{len(data)} bytes: shorter than the Avro single-object header")
-    writer = _registry()[1].get(data[2:10])
+    reg = _registry()
+    writer = reg.writers.get(data[2:10])
     if writer is None:
         raise Undecodable("unknown_schema", f"unknown schema fingerprint {data[2:10].hex()}")
-    name = _short_name(writer)
-    reader = schema_of(name)
-    body = io.BytesIO(data[10:])
+    name = writer.name
+    reader = reg.current[name]
+    body = io.BytesIO(data)
+    body.seek(10)
     try:
-        raw = fastavro.schemaless_reader(body, writer, reader)
+        values = _fast()[0](body, writer, None if reader is writer else reader)
     except EOFError as exc:
         raise Undecodable("truncated", f"the {name} body ends early: {exc or 'end of data'}") from exc
     except Exception as exc:  # fastavro's errors for malformed bodies are many and unrelated
         raise Undecodable("malformed", f"the {name} body does not decode: {exc!r}") from exc
-    if body.tell() != len(data) - 10:
-        raise Undecodable("malformed", f"{len(data) - 10 - body.tell()} bytes after the {name} body")
-    cls = RECORD_TYPES[name]
-    values = {k: _from_avro(v) for k, v in raw.items()}  # type: ignore[union-attr]
+    if body.tell() != len(data):
+        raise Undecodable("malformed", f"{len(data) - body.tell()} bytes after the {name} body")
     if "grants" in values:
         values["grants"] = tuple(values["grants"])
     try:
-        return cls(**values)  # type: ignore[no-any-return]
+        return RECORD_TYPES[name](**values)  # type: ignore[no-any-return]
     except (TypeError, ValueError) as exc:
         raise Undecodable("malformed", f"the {name} values do not make a record: {exc}") from exc
 
 
 def _to_avro(values: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
-
-
-def _from_avro(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return int(value.timestamp() * 1000)
-    return value

@@ -2,9 +2,11 @@
 golden records written by earlier builds still decode."""
 
 import dataclasses
+import io
 import json
 from pathlib import Path
 
+import fastavro
 import pytest
 
 from sumi.core import codec
@@ -161,6 +163,19 @@ def test_dataclass_mirrors_schema(cls: type) -> None:
 @pytest.mark.parametrize("record", SAMPLES, ids=lambda x: type(x).__name__)
 def test_round_trip(record: object) -> None:
     assert codec.decode(codec.encode(record)) == record  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("record", SAMPLES, ids=lambda x: type(x).__name__)
+def test_the_compiled_codec_writes_what_fastavros_public_writer_writes(record: object) -> None:
+    # The wire format is the contract an auditor replays: the codec's fast path (fastavro's
+    # compiled reader and writer, schemas parsed once, logical types read as the ints records
+    # hold) must give the very bytes of fastavro's public call on the schema as written.
+    assert codec._fast() == (codec._read_compiled, codec._write_compiled), "this fastavro takes the slow path"
+    name = type(record).__name__
+    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+    public = io.BytesIO()
+    fastavro.schemaless_writer(public, codec.schema_of(name), codec._to_avro(values))
+    assert codec.encode(record)[10:] == public.getvalue()  # type: ignore[arg-type]
 
 
 def test_every_type_has_a_sample() -> None:
