@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,3 +126,13 @@ def cpu(parts: dict[str, list[psutil.Process]]) -> dict[str, float]:
                 total += t.user + t.system
         out[name] = total
     return out
+
+
+@contextlib.contextmanager
+def cpu_seconds(parts: dict[str, list[psutil.Process]], label: str) -> Iterator[None]:
+    """Prints the CPU seconds each part used while the block ran, beside the block's wall seconds."""
+    before, t0 = cpu(parts), time.perf_counter()
+    yield
+    after, elapsed = cpu(parts), time.perf_counter() - t0
+    seconds = {k: round(after[k] - before[k], 1) for k in after}
+    print(json.dumps({f"{label} cpu seconds": seconds, "wall seconds": round(elapsed, 1)}), flush=True)

@@ -33,7 +33,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from sumi.core import codec, kafka
 from sumi.core import records as r
 from tests.bench._parts import parts
-from tests.bench._profile import cpu, processes, profiled
+from tests.bench._profile import cpu_seconds, processes, profiled
 from tests.bench._tail import Tail
 from tests.bench.bench_workflow import STEPS, TEN, dbos_bench, pct, pool
 from tests.conformance.kit import Api, Flows
@@ -281,15 +281,11 @@ async def sumi_bench(host: Host) -> list[dict[str, Any]]:
             parts = processes(host)
             with profiled(parts, "c=1"):
                 one = await sumi_run(people, flows_of, ends, N1, 1)
-            before, t0 = cpu(parts), time.perf_counter()
             lag = asyncio.create_task(projection_lag(host, ends))
-            with profiled(parts, "c=100"):
+            with cpu_seconds(parts, "sumi c=100"), profiled(parts, "c=100"):
                 hundred = await sumi_run(people, flows_of, ends, N100, 100)
-            after, elapsed = cpu(parts), time.perf_counter() - t0
             lag.cancel()
             print(json.dumps({"workflow projection lag (records), every 2 s": await lag_samples(lag)}), flush=True)
-            seconds = {k: round(after[k] - before[k], 1) for k in after}
-            print(json.dumps({"sumi c=100 cpu seconds": seconds, "wall seconds": round(elapsed, 1)}), flush=True)
             if REPLICAS > 1:
                 await with_replicas(host, people, flows_of, ends, hundred)
             return [one, hundred]

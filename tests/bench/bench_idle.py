@@ -16,6 +16,7 @@ import time
 import psutil
 
 from tests.bench._parts import parts
+from tests.bench._profile import cpu
 from tests.hostkit import new_settings, running_host
 
 SETTLE, MEASURE = 15.0, float(os.environ.get("BENCH_IDLE_SECONDS", "60"))
@@ -31,24 +32,16 @@ def services() -> dict[str, list[psutil.Process]]:
     return out
 
 
-def cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            t = p.cpu_times()
-            total += t.user + t.system
-    return total
-
-
 def main() -> None:
     with parts() as (kafka, db):
         with running_host(new_settings(kafka, db)):
             time.sleep(SETTLE)  # past the start's own work
             procs = services()
-            before, t0 = {n: cpu(p) for n, p in procs.items()}, time.monotonic()
+            before, t0 = cpu(procs), time.monotonic()
             time.sleep(MEASURE)
             elapsed = time.monotonic() - t0
-            shares = {n: round(100 * (cpu(p) - before[n]) / elapsed, 2) for n, p in sorted(procs.items())}
+            after = cpu(procs)
+            shares = {n: round(100 * (after[n] - before[n]) / elapsed, 2) for n in sorted(procs)}
             print(json.dumps({"idle CPU, % of one core": shares, "seconds": round(elapsed)}), flush=True)
             print(json.dumps({"target < 1 % each": all(v < 1.0 for v in shares.values())}), flush=True)
 

@@ -30,7 +30,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sumi.core import codec
 from sumi.core import records as r
 from tests.bench._parts import parts
-from tests.bench._profile import cpu, processes, profiled
+from tests.bench._profile import cpu_seconds, processes, profiled
 from tests.bench._tail import Tail
 from tests.conformance.kit import Api
 from tests.hostkit import SpaceFixture, new_settings, running_host, serve_replica, stable_members
@@ -264,12 +264,8 @@ async def bench(host: Any) -> None:
         try:
             queues = await warmed_queues(api, users, watcher)
             procs = processes(host)  # the queue's runtime included: it started with the warm-up
-            before, t0 = cpu(procs), time.perf_counter()
-            with profiled(procs, "(b)"):
+            with cpu_seconds(procs, "(b)"), profiled(procs, "(b)"):
                 e2e, lat = await end_to_end(api, users, watcher, queues)
-            after, elapsed = cpu(procs), time.perf_counter() - t0
-            seconds = {k: round(after[k] - before[k], 1) for k in after}
-            print(json.dumps({"(b) cpu seconds": seconds, "wall seconds": round(elapsed, 1)}), flush=True)
             rate_lat, rate_posts, rate_phases = await offered_rate(api, users, watcher)
             scaled = await with_replicas(host, api, users, watcher) if REPLICAS > 1 else None
         finally:

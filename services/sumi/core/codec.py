@@ -40,7 +40,11 @@ def _fp(parsed: dict[str, Any]) -> bytes:
 
 
 def _parse(path: Traversable) -> dict[str, Any]:
-    parsed = parse_schema(json.loads(path.read_text()), _write_hint=False)
+    return _parsed(path, json.loads(path.read_text()))
+
+
+def _parsed(path: Traversable, raw: Any) -> dict[str, Any]:
+    parsed = parse_schema(raw, _write_hint=False)
     if not isinstance(parsed, dict):  # a union or a primitive cannot name a record type
         raise ValueError(f"{path.name}: a record schema must be a JSON object")
     return parsed
@@ -85,14 +89,14 @@ def _registry() -> _Registry:
     reg = _Registry({}, {}, {}, {})
     root = schemas_dir()
     for path in _avsc(root):
-        parsed = _parse(path)
-        name = path.name.removesuffix(".avsc")
-        reg.current[name] = reg.writers[_fp(parsed)] = _Schema.of(json.loads(path.read_text()))
+        raw = json.loads(path.read_text())
+        parsed, name = _parsed(path, raw), path.name.removesuffix(".avsc")
         reg.header[name] = MAGIC + _fp(parsed)
+        reg.current[name] = reg.writers[reg.header[name][2:]] = _Schema.of(raw)
         reg.parsed[name] = parsed
     for path in _avsc(root / "history"):
-        parsed = _parse(path)
-        reg.writers[_fp(parsed)] = _Schema.of(json.loads(path.read_text()))
+        raw = json.loads(path.read_text())
+        reg.writers[_fp(_parsed(path, raw))] = _Schema.of(raw)
     return reg
 
 
