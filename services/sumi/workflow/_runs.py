@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from sumi.control.state import VersionView
 from sumi.core import ids, logs
@@ -106,7 +106,13 @@ class ContextRun:
         return self.engine.instances[self.key]
 
     def start(self) -> None:
-        self.task = asyncio.create_task(self._run())
+        """Put the context start in the outbox now, beside whatever was decided in this same
+        moment (a create and its first context start commit in one transaction), then run."""
+        try:
+            begun: _Started | _Ended | Exception = self._begin()
+        except Exception as exc:  # surfaces in the run, as a failure there would
+            begun = exc
+        self.task = asyncio.create_task(self._run(begun))
 
     def stop(self, after_stop: list[Any] | None = None) -> None:
         """Stop the code physically (terminate, a limit, a delete, shutdown); `after_stop` then commits."""
@@ -117,11 +123,11 @@ class ContextRun:
         if self.ctx is not None:
             asyncio.ensure_future(self._stop_ctx())
 
-    async def _run(self) -> None:
+    async def _run(self, begun: "_Started | _Ended | Exception") -> None:
         inst = self.inst
         logs.tag(space=inst.space, resource=inst.workflow_uid, instance=inst.instance_id)
         try:
-            outcome = await self._execute()
+            outcome = await self._execute(begun)
         except Exception as exc:  # the runtime failed: the context is gone, a new one replays
             log.warning("instance %s: %r", self.key, exc)
             outcome = WorkflowOutcome("stopped", reason=RUNTIME_FAILED, message=repr(exc))
@@ -132,19 +138,32 @@ class ContextRun:
             if not self.stopped.done():
                 self.stopped.set_result(None)
 
-    async def _execute(self) -> WorkflowOutcome:
+    def _begin(self) -> "_Started | _Ended":
+        """The context start's records, put in the outbox (folded already): the Version's code
+        and the commit to wait for, or the outcome that ends the run before any context."""
         inst = self.inst
-        if self.stopping:  # stopped before its context start (a terminate right after the create)
-            return WorkflowOutcome("stopped", reason="not_started")
         version = pick_version(self.allocation, f"{inst.instance_id}/{inst.contexts + 1}")
         code = self.engine.control.code(version)
         if code is None:  # the Version left meanwhile: the instance waits for a usable one
-            return WorkflowOutcome("stopped", reason="no_code")
+            return _Ended(WorkflowOutcome("stopped", reason="no_code"), None)
         decision = d.start(inst, self.token, version, self.engine.now(), self.engine.limits)
         committed = self.engine.emit(self.key, decision.records)
         if inst.owner != self.token:  # the lifetime ended instead (WF-38)
+            return _Ended(WorkflowOutcome("stopped", reason="not_started"), committed)
+        return _Started(code, committed)
+
+    async def _execute(self, begun: "_Started | _Ended | Exception") -> WorkflowOutcome:
+        if isinstance(begun, Exception):
+            raise begun
+        if isinstance(begun, _Ended):
+            if begun.committed is not None:
+                await begun.committed
+            return begun.outcome
+        code, committed = begun
+        if self.stopping:  # stopped before its context (a terminate right after the create)
             await committed
             return WorkflowOutcome("stopped", reason="not_started")
+        inst = self.inst
         await self._start_ctx(code, committed)
         if self.stopping:
             return WorkflowOutcome("stopped", reason="stopped")
@@ -231,6 +250,16 @@ class ContextRun:
         if decision.error is not None:
             raise HostError(*decision.error)
         return decision.reply
+
+
+class _Started(NamedTuple):
+    code: VersionView
+    committed: "asyncio.Future[None]"
+
+
+class _Ended(NamedTuple):
+    outcome: WorkflowOutcome
+    committed: "asyncio.Future[None] | None"
 
 
 def _new_msg_id(prefix: str) -> str:

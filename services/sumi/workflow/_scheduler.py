@@ -122,6 +122,14 @@ class Scheduler:
                 continue
             self._start(key, inst)
 
+    def start_alone(self, key: str, now: int) -> None:
+        """A command made `key` runnable and nothing else waits: it starts now, not at the next
+        step, so its context start joins the command's decision in one transaction (a new
+        instance runs one commit sooner). With others waiting, the next step shares the
+        contexts fairly, as always."""
+        if self.runnable == {key}:
+            self.start_runs(now)
+
     def _start(self, key: str, inst: Instance) -> None:
         control = self.engine.control
         wf = control.workflow(inst.workflow_uid)

@@ -237,7 +237,9 @@ class Engine:
         if isinstance(cmd, c.TerminateInstance):
             self.terminate(key, cmd, caller)
         else:
-            self.apply(key, self.decide(key, cmd, caller, self.now()))
+            now = self.now()
+            self.apply(key, self.decide(key, cmd, caller, now))
+            self.scheduler.start_alone(key, now)
 
     def terminate(self, key: str, cmd: c.TerminateInstance, caller: d.Caller) -> Answer:
         """WF-26: every terminate is decided, once, whatever state the instance is in. A live run,

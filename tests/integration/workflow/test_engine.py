@@ -2,10 +2,14 @@
 
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from sumi.core import codec
 from sumi.core import records as r
+from sumi.core.config import Settings
 from sumi.workflow import _decide as d
 from sumi.workflow.engine import Engine
 from tests.hostkit import new_settings
@@ -86,3 +90,44 @@ async def test_timers_and_instances_survive_an_engine_restart(
         assert len(naps) == 1  # fired once
         (done,) = [x for x in b2.log.of(iid, r.InstanceStatusChanged) if x.status == "complete"]
         assert done.output == '{"a":6,"caught":"step_failed","e":null}'
+
+
+async def _committed(settings: Settings, topic: str) -> list[Any]:
+    """Every committed message of one of the Host's topics, with its partition and offset."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(settings.topic(topic), p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        got: list[Any] = []
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            for messages in (await consumer.getmany(timeout_ms=500)).values():
+                got += messages
+        return got
+    finally:
+        await consumer.stop()
+
+
+async def test_a_create_and_its_first_context_start_commit_in_one_transaction(
+    kafka_bootstrap: str, database_url: str
+) -> None:
+    # WF-29, WF-33: an instance created while a context is free records its context start in the
+    # create's own transaction, so it runs one commit sooner: no commit marker (which takes an
+    # offset of its own) lies between its InstanceCreated and its InstanceContextStarted
+    settings = new_settings(kafka_bootstrap, database_url)
+    async with engine_bench(settings) as (b, _):
+        await b.deploy(FLOW)
+        iid = f"i-{uuid.uuid4().hex[:6]}"
+        assert (await b.create(iid, {"n": 1})).accepted
+        assert await b.status(iid, "waiting") == "waiting"
+        messages = await _committed(settings, "workflow")
+    ours = [(m.partition, m.offset, codec.decode(m.value)) for m in messages]
+    created = next((p, o) for p, o, rec in ours if isinstance(rec, r.InstanceCreated) and rec.instanceId == iid)
+    started = next((p, o) for p, o, rec in ours if isinstance(rec, r.InstanceContextStarted) and rec.instanceId == iid)
+    assert created[0] == started[0] and created[1] < started[1]
+    between = [o for p, o, _ in ours if p == created[0] and created[1] <= o <= started[1]]
+    assert between == list(range(created[1], started[1] + 1))

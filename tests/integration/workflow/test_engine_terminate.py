@@ -36,12 +36,17 @@ export class Flow {
 
 class LateRun(ContextRun):
     """A run whose task takes its first step late, as on a loaded machine: registered as live,
-    no context start recorded yet."""
+    its context start put in the outbox, no context yet."""
+
+    runs: list["LateRun"] = []
 
     def start(self) -> None:
+        begun = self._begin()
+        LateRun.runs.append(self)
+
         async def late() -> None:
             await asyncio.sleep(0.5)
-            await self._run()
+            await self._run(begun)
 
         self.task = asyncio.create_task(late())
 
@@ -49,7 +54,8 @@ class LateRun(ContextRun):
 async def test_a_terminate_before_the_context_start_is_decided(
     kafka_bootstrap: str, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # WF-26: the run is live but owns nothing yet; the terminate stops it and is decided.
+    # WF-26: the run is live but has no context yet; the terminate stops it and is decided, and
+    # no context ever starts for it.
     monkeypatch.setattr(engine_module, "ContextRun", LateRun)
     async with engine_bench(new_settings(kafka_bootstrap, database_url)) as (b, engine):
         await b.deploy(FLOW, binding="SELF")
@@ -59,7 +65,10 @@ async def test_a_terminate_before_the_context_start_is_decided(
         assert (answer.accepted, json.loads(answer.result or "")) == (True, {"id": "early", "status": "terminated"})
         await asyncio.sleep(1)  # the late task has run by now: it started no context
         assert b.log.status("early") == "terminated"
-        assert b.log.of("early", r.InstanceContextStarted) == []
+        early = [run for run in LateRun.runs if run.key.endswith("/early")]
+        assert len(early) == 1 and early[0].task is not None and early[0].task.done()
+        assert early[0].ctx is None
+        assert len(b.log.of("early", r.InstanceContextStarted)) == 1  # recorded with the create
 
 
 class Eager(Engine):

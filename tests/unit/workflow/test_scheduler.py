@@ -119,6 +119,24 @@ def test_contexts_are_shared_fairly_among_spaces() -> None:
     assert engine.started[-1] == busy[2] and len(engine.runs) == 4
 
 
+def test_a_command_that_makes_the_only_runnable_instance_starts_it_at_once() -> None:
+    # WF-29, WF-33: a create that leaves nothing else waiting starts its context in the same moment
+    # (its context start then commits with the create); with others waiting it leaves the choice to
+    # the next step, which shares the contexts fairly, and it never goes past a Space's share
+    engine = FakeEngine(contexts=4, per_space=1)
+    alone = engine.create("a", "i0")
+    engine.scheduler.start_alone(alone, T0)
+    assert engine.started == [alone] and not engine.scheduler.runnable
+    second = engine.create("a", "i1")
+    engine.scheduler.start_alone(second, T0)
+    assert engine.started == [alone], "Space a holds its one context"
+    other = engine.create("b", "i0")
+    engine.scheduler.start_alone(other, T0)
+    assert engine.started == [alone], "a's instance waits as well: the step decides between them"
+    engine.scheduler.start_runs(T0)
+    assert engine.started == [alone, other] and engine.scheduler.runnable == {second}
+
+
 def test_an_instance_without_a_usable_version_waits_for_the_control_log() -> None:
     # WF-3, WF-7, WF-33: no weighted Version to pick, no context; once the control log gives one
     # the instance runs without anything else waking it
