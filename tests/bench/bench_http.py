@@ -13,7 +13,8 @@ so every figure includes the gateway, the decision's way back and the read model
 - CPU seconds per process during the c=100 run;
 - DBOS Transact with the same workflow, same PostgreSQL, same session;
 - the floors measured in the same run: a Kafka transaction commit (one record),
-  an acks=all produce, a PostgreSQL commit.
+  the time from that commit until a read_committed reader has the record, an acks=all
+  produce, a PostgreSQL commit.
 Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
 """
 
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from sumi.core import codec, kafka
 from sumi.core import records as r
@@ -202,7 +203,39 @@ async def floors(host: Host) -> dict[str, float]:
         return took
 
     default, ours = sender.BACKOFF_OVERRIDE, kafka.TXN_RETRY_S
+
+    async def readable_after_commit() -> list[float]:
+        """From a one-record transaction's commit (EndTxn answered) until a read_committed reader
+        waiting in its fetch, as the projections do, has the record: the commit markers' write
+        and the fetch's answer, which every answer through the read side waits for."""
+        sender.BACKOFF_OVERRIDE = ours
+        txn = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, transactional_id=f"bench-{uuid.uuid4().hex[:6]}")
+        reader = AIOKafkaConsumer(
+            bootstrap_servers=s.kafka_bootstrap, isolation_level="read_committed", enable_auto_commit=False
+        )
+        await txn.start()
+        await reader.start()
+        tp = TopicPartition(topic, 0)
+        reader.assign([tp])
+        await reader.seek_to_end(tp)
+        took: list[float] = []
+        try:
+            for _ in range(200):
+                await asyncio.sleep(0.002)
+                async with txn.transaction():
+                    await txn.send(topic, b"x", partition=0)
+                t0 = time.perf_counter()
+                while not (await reader.getmany(tp, timeout_ms=1000)).get(tp):
+                    pass
+                took.append((time.perf_counter() - t0) * 1000)
+        finally:
+            await txn.stop()
+            await reader.stop()
+            sender.BACKOFF_OVERRIDE = default
+        return took
+
     alone, shorter, turns = await back_to_back(default, 1), await back_to_back(ours, 1), await back_to_back(ours, 2)
+    readable = await readable_after_commit()
     pg = []
     async with await psycopg.AsyncConnection.connect(s.database_url) as conn:
         await conn.execute("CREATE TEMP TABLE bench_floor (k int)")
@@ -216,6 +249,7 @@ async def floors(host: Host) -> dict[str, float]:
         f"kafka_txn_commit_p50_ms (one producer, aiokafka {default * 1000:g} ms retry)": round(pct(alone, 50), 2),
         f"kafka_txn_commit_p50_ms (one producer, {ours * 1000:g} ms retry)": round(pct(shorter, 50), 2),
         "kafka_txn_commit_p50_ms (two taking turns, as sumi's outbox)": round(pct(turns, 50), 2),
+        "kafka_commit_to_readable_p50_ms (read_committed fetch)": round(pct(readable, 50), 2),
         "postgres_commit_p50_ms": round(pct(pg, 50), 2),
     }
     print(json.dumps({"floors": out}), flush=True)
