@@ -17,6 +17,15 @@ the one before it has committed (EndTxn answered: decided, its records already i
 a read_committed reader sees nothing after the earlier one's records until its markers are in.
 Measured on the reference machine, back-to-back one-record transactions: p50 4.6 ms and 1.98
 AddPartitionsToTxn requests each with one producer, 2.1 ms and 1.00 with two.
+
+The next transaction is begun ahead: while one commits, the other producer begins its
+transaction and adds the partitions this one and the one before both wrote (AddPartitionsToTxn),
+so when the next records come they go straight to their Produce, a round trip less on every
+commit's path. Order is unchanged, since no record of the next transaction is sent before the
+one before it has committed, and a partition a transaction has added but not written holds
+nothing back (the last stable offset moves on at its first record only). A transaction begun
+ahead and not used within `AHEAD_IDLE_S` is aborted, so an idle outbox keeps none open (the
+coordinator would abort it, and fence the producer, after its timeout).
 """
 
 import asyncio
@@ -26,9 +35,10 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 
 from sumi.core import kafka
+from sumi.core.topics import partition_for
 
 log = logging.getLogger(__name__)
 # Set by `sumi serve` (never in a test's own process): how long a process whose outbox failed
@@ -37,6 +47,9 @@ log = logging.getLogger(__name__)
 # loaded full run: the workflow engine hung, its contexts failing, instead of restarting).
 _ENDING_GRACE_S: float | None = None
 EXIT_OUTBOX_FAILED = 70
+# How long a transaction begun ahead waits for records before it is aborted: well inside the
+# transaction timeout (aiokafka's 60 s), and long enough that a steady trickle keeps it.
+AHEAD_IDLE_S = 5.0
 
 
 def end_process_on_failure(grace_s: float) -> None:
@@ -66,6 +79,8 @@ class Outbox:
         self.failed: BaseException | None = None
         self._last: asyncio.Future[None] | None = None
         self._committing = False
+        self._ahead: set[int] = set()  # the turns whose next transaction is begun already
+        self._last_tps: set[TopicPartition] = set()
         # The last offset each (topic, partition) got from this outbox's commits: an engine's
         # state is the fold of its log only once it has read past them (a snapshot's moment).
         self.written: dict[tuple[str, int], int] = {}
@@ -98,19 +113,32 @@ class Outbox:
                 await asyncio.shield(self._last)
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            await self._abandon_ahead()
+
+    async def _run(self) -> None:
         while True:
-            await self._event.wait()
-            self._event.clear()
-            items, waiters = self._items, self._waiters
-            self._items, self._waiters = [], []
-            producer = self.producers[self._turn]
-            self._turn = (self._turn + 1) % len(self.producers)
-            self._committing = True
+            items, waiters = [], []
             try:
-                async with producer.transaction():
+                await self._records_put()
+                items, waiters = self._items, self._waiters
+                self._items, self._waiters = [], []
+                turn = self._turn
+                producer = self.producers[turn]
+                self._turn = (turn + 1) % len(self.producers)
+                self._committing = True
+                if turn in self._ahead:
+                    self._ahead.discard(turn)
+                    txn = kafka.begun_ahead(producer)
+                else:
+                    txn = producer.transaction()
+                async with txn:
                     sent = [
                         await kafka.send(producer, topic, key, record, self.partitions) for topic, key, record in items
                     ]
+                    await self._begin_next({TopicPartition(t, partition_for(k, self.partitions)) for t, k, _ in items})
                 for fut in sent:
                     meta = await fut  # delivered: the commit waited for every record
                     self.written[(meta.topic, meta.partition)] = meta.offset
@@ -130,3 +158,33 @@ class Outbox:
                     fut.set_result(None)
             if self.on_idle is not None and not self._items:
                 self.on_idle(self.written)
+
+    async def _records_put(self) -> None:
+        """Until records are put; a transaction begun ahead that waits too long is aborted."""
+        if self._ahead:
+            try:
+                await asyncio.wait_for(self._event.wait(), AHEAD_IDLE_S)
+            except TimeoutError:
+                for turn in sorted(self._ahead):
+                    self._ahead.discard(turn)
+                    await self.producers[turn].abort_transaction()
+        await self._event.wait()
+        self._event.clear()
+
+    async def _begin_next(self, tps: set[TopicPartition]) -> None:
+        """Begin the next turn's transaction with the partitions this one shares with the one
+        before (an engine's own partition; not the odd other topic a single decision wrote)."""
+        steady, self._last_tps = tps & self._last_tps, tps
+        turn = self._turn
+        if steady and turn not in self._ahead and len(self.producers) > 1:
+            if await kafka.begin_ahead(self.producers[turn], steady):
+                self._ahead.add(turn)
+
+    async def _abandon_ahead(self) -> None:
+        """On a stop, a transaction begun ahead is aborted rather than left to the coordinator's
+        timeout (a replica taking the partition over would wait for that abort); bounded, since
+        the broker may be gone."""
+        for turn in sorted(self._ahead):
+            self._ahead.discard(turn)
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self.producers[turn].abort_transaction(), 1.0)

@@ -11,8 +11,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import ProducerFenced
 
 from sumi.core import codec
+from sumi.core import outbox as outbox_module
 from sumi.core import records as r
 from sumi.core.outbox import Outbox
+from sumi.core.topics import partition_for
 
 pytestmark = pytest.mark.integration
 
@@ -93,14 +95,19 @@ async def test_turns_keep_the_order_and_a_new_owner_fences_both(kafka_bootstrap:
         assert len(begun) > 2 and begun == [t % 2 for t in range(len(begun))]  # strictly in turns
         assert await read_all(kafka_bootstrap, topic) == [f"i{i:04d}" for i in range(120)]
 
+        runner.cancel()  # a stop aborts the transaction begun ahead: both producers are idle
+        with pytest.raises(asyncio.CancelledError):
+            await runner
         new = await pair(kafka_bootstrap, tid)  # InitProducerId for both: the fence
         try:
-            for p in old:  # whichever producer's turn would come next
+            for p in old:
                 with pytest.raises(ProducerFenced):
                     async with p.transaction():
                         await p.send(topic, codec.encode(status(999)[2]), key=b"k")
+            again = Outbox(old, partitions=2)
+            runner = asyncio.create_task(again.run())
             with pytest.raises(RuntimeError):
-                await outbox.put([(topic, "k", status(998)[2])])
+                await again.put([(topic, "k", status(998)[2])])
             async with new[0].transaction():
                 await new[0].send(topic, codec.encode(status(997)[2]), key=b"k")
         finally:
@@ -110,4 +117,44 @@ async def test_turns_keep_the_order_and_a_new_owner_fences_both(kafka_bootstrap:
     finally:
         runner.cancel()
         for p in old:
+            await p.stop()
+
+
+async def end_offset(bootstrap: str, tp: TopicPartition) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return int((await consumer.end_offsets([tp]))[tp])
+    finally:
+        await consumer.stop()
+
+
+# WF-46: the next transaction is begun ahead, its partition added before its records come. That
+# holds back nothing committed (a read_committed reader reads to the end meanwhile), keeps the
+# order, and an outbox left idle aborts it (its marker is the one offset the partition gains).
+async def test_a_transaction_begun_ahead_holds_nothing_back_and_ends_when_idle(
+    kafka_bootstrap: str, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outbox_module, "AHEAD_IDLE_S", 0.5)
+    producers = await pair(kafka_bootstrap, f"ahead-{uuid.uuid4().hex[:6]}")
+    ahead: list[int] = []
+    for turn, p in enumerate(producers):
+        counted(p, ahead, turn)
+    outbox = Outbox(producers, partitions=2)
+    runner = asyncio.create_task(outbox.run())
+    tp = TopicPartition(topic, partition_for("k", 2))
+    try:
+        for i in range(3):
+            await outbox.put([(topic, "k", status(i)[2])])
+        assert ahead == [0, 1, 0, 1]  # the fourth transaction is begun before its records come
+        assert await read_all(kafka_bootstrap, topic) == ["i0000", "i0001", "i0002"]
+        end = await end_offset(kafka_bootstrap, tp)
+        await asyncio.sleep(1.5)
+        assert await end_offset(kafka_bootstrap, tp) == end + 1  # its abort marker
+        await outbox.put([(topic, "k", status(3)[2])])
+        assert await read_all(kafka_bootstrap, topic) == ["i0000", "i0001", "i0002", "i0003"]
+        assert not runner.done()
+    finally:
+        runner.cancel()
+        for p in producers:
             await p.stop()
