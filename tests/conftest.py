@@ -6,12 +6,16 @@ Docker engine is reachable; else the local launchers `sumi up` uses. Tests
 isolate by a topic prefix and database schema per Host and a Space per test.
 """
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from hypothesis import settings as hypothesis_settings
 
+from sumi_projections import drop, migrate
 from tests.hostkit import Host, SpaceFixture, new_settings, new_space, running_host
 
 # Properties, not timings: a loaded 2-core CI machine must not fail a test by its clock.
@@ -52,3 +56,18 @@ async def client(host: Host) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client on the session's Host."""
     async with httpx.AsyncClient(base_url=host.url, timeout=60) as c:
         yield c
+
+
+@pytest.fixture
+async def cur(database_url: str) -> AsyncIterator[psycopg.AsyncCursor[Any]]:
+    """A cursor on a fresh schema of the read models, migrated, dropped after the test."""
+    schema = "rm" + uuid.uuid4().hex[:8]
+    migrate(database_url, schema)
+    try:
+        async with await psycopg.AsyncConnection.connect(
+            database_url, autocommit=True, options=f"-c search_path={schema}"
+        ) as conn:
+            async with conn.cursor() as c:
+                yield c
+    finally:
+        drop(database_url, schema)

@@ -6,8 +6,12 @@ partition), and counters move only with the rows a record actually changed.
 
 A settled row is final: no later record changes it or counts it again, so it makes no
 difference to any counter whether the row is still there (a prune removes settled rows
-after a while, `sumi_projections._prune`). Its body leaves at the settlement: nothing
-reads a settled message's body (peek shows pending and in-flight messages only).
+after a while, `sumi_projections._prune`).
+
+A row keeps where its message's `MessageAccepted` lies in the queue log, not its body: a peek
+reads the bodies it shows from there (`sumi.core.bodies`), as the engine does. A body kept here
+was written with the row and copied again by each update of it (the delivery), for the one
+read that wants it.
 """
 
 from typing import Any
@@ -19,8 +23,13 @@ from sumi_projections.control import ts
 
 Cursor = psycopg.AsyncCursor[Any]
 
-# The states a record of the log may still move a message out of.
-_LIVE = "state IN ('pending', 'inflight')"
+# The states a record of the log may still move a message out of: any but the settled ones.
+# Not written `state IN ('pending', 'inflight')`: that is the predicate of the partial index
+# `queue_messages_live`, and with statistics that lagged a burst the planner took that index
+# for the updates below, scanning every live message of the table for each batch (a hash join
+# over the backlog: 17.5 ms instead of 2.5 for a batch of 100 in a backlog of 30,000). Every
+# update finds its rows by message ID, whatever the statistics say.
+_LIVE = "state NOT IN ('acknowledged', 'deadlettered', 'discarded')"
 # record type -> (new state, counter column or None); constant SQL, never built from input
 _SETTLED = {
     r.MessagesAcknowledged: ("acknowledged", "acknowledged"),
@@ -35,14 +44,14 @@ _SETTLED = {
 # (same deterministic message ID) is the same message: keep the first, also when both are in
 # one statement (unnest keeps their log order, and DO NOTHING skips the later one).
 _ACCEPT = (
-    "INSERT INTO queue_messages (message_id, queue_uid, space, body, size, accepted_at, "
+    "INSERT INTO queue_messages (message_id, queue_uid, space, size, accepted_at, "
     "visible_at, log_partition, log_offset, principal, idempotency_key, last_offset) "
-    "SELECT id, q, s, b, n, a, v, p, o, pr, k, o FROM unnest(%b::text[], %b::text[], %b::text[], "
-    "%b::bytea[], %b::int[], %b::timestamptz[], %b::timestamptz[], %b::int[], %b::bigint[], "
-    "%b::text[], %b::text[]) AS u(id, q, s, b, n, a, v, p, o, pr, k) "
+    "SELECT id, q, s, n, a, v, p, o, pr, k, o FROM unnest(%b::text[], %b::text[], %b::text[], "
+    "%b::int[], %b::timestamptz[], %b::timestamptz[], %b::int[], %b::bigint[], "
+    "%b::text[], %b::text[]) AS u(id, q, s, n, a, v, p, o, pr, k) "
     "ON CONFLICT (message_id) DO NOTHING"
 )
-_ACCEPT_CHUNK = 200  # rows per statement: bounds the bodies' bytes in one statement
+_ACCEPT_CHUNK = 1000  # rows per statement
 
 
 async def apply_many(cur: Cursor, records: list[tuple[Any, int, int]]) -> None:
@@ -65,7 +74,7 @@ async def _accept(cur: Cursor, run: list[tuple[Any, int, int]]) -> None:
 
 
 async def _insert(cur: Cursor, run: list[tuple[Any, int, int]]) -> None:
-    columns: tuple[list[Any], ...] = tuple([] for _ in range(11))
+    columns: tuple[list[Any], ...] = tuple([] for _ in range(10))
     for rec, partition, offset in run:
         for column, value in zip(
             columns,
@@ -73,7 +82,6 @@ async def _insert(cur: Cursor, run: list[tuple[Any, int, int]]) -> None:
                 rec.messageId,
                 rec.queueUid,
                 rec.space,
-                rec.body,
                 len(rec.body),
                 ts(rec.acceptedAt),
                 ts(rec.visibleAt),
@@ -92,12 +100,12 @@ async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
     if isinstance(rec, r.MessageAccepted):
         await _accept(cur, [(rec, partition, offset)])
     elif isinstance(rec, r.BatchDelivered):
+        ids = list(rec.messageIds)
         await cur.execute(
-            "UPDATE queue_messages AS m SET state = 'inflight', attempts = u.attempt, "
-            "batch_id = %s, last_offset = %s "
-            "FROM unnest(%s::text[], %s::int[]) AS u(id, attempt) "
-            f"WHERE m.message_id = u.id AND m.last_offset < %s AND m.{_LIVE}",
-            (rec.batchId, offset, list(rec.messageIds), list(rec.attempts), offset),
+            "UPDATE queue_messages SET state = 'inflight', "
+            "attempts = (%s::int[])[array_position(%s::text[], message_id)], batch_id = %s, last_offset = %s "
+            f"WHERE message_id = ANY(%s) AND last_offset < %s AND {_LIVE}",
+            (list(rec.attempts), ids, rec.batchId, offset, ids, offset),
         )
     elif isinstance(rec, r.MessageRetryScheduled):
         await _counted(
@@ -113,8 +121,8 @@ async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
         ids = list(rec.messageIds) if isinstance(rec, r.MessagesAcknowledged) else [rec.messageId]
         await _counted(
             cur,
-            "UPDATE queue_messages SET state = %s, batch_id = NULL, last_offset = %s, settled_at = %s, "
-            f"body = ''::bytea WHERE message_id = ANY(%s) AND last_offset < %s AND {_LIVE}",
+            "UPDATE queue_messages SET state = %s, batch_id = NULL, last_offset = %s, settled_at = %s "
+            f"WHERE message_id = ANY(%s) AND last_offset < %s AND {_LIVE}",
             (state, offset, ts(rec.at), ids, offset),
             rec.queueUid,
             counter,

@@ -3,35 +3,19 @@ purges (WF-9, WF-13, WF-21, WF-47; host-api.md section 5)."""
 
 import dataclasses
 import json
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
 import pytest
 
 from sumi.core import records as r
-from sumi_projections import drop, migrate, workflow
+from sumi_projections import workflow
 from sumi_projections.control import ts
 
 pytestmark = pytest.mark.integration
 
 W = "res_wf"
 T0 = 1_700_000_000_000
-
-
-@pytest.fixture
-async def cur(database_url: str) -> AsyncIterator[psycopg.AsyncCursor[Any]]:
-    schema = "wp" + uuid.uuid4().hex[:8]
-    migrate(database_url, schema)
-    try:
-        async with await psycopg.AsyncConnection.connect(
-            database_url, autocommit=True, options=f"-c search_path={schema}"
-        ) as conn:
-            async with conn.cursor() as c:
-                yield c
-    finally:
-        drop(database_url, schema)
 
 
 def created(iid: str, at: int = T0, wf: str = W) -> r.InstanceCreated:

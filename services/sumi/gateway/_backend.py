@@ -1,5 +1,6 @@
-"""The gateway's connections: a Postgres pool for reads, a Kafka producer for appends, and the
-listener its requests learn their decisions from (`_decisions`).
+"""The gateway's connections: a Postgres pool for reads, a Kafka producer for appends, the
+listener its requests learn their decisions from (`_decisions`), and a reader of the queue log
+for the bodies a peek shows (started at the first such peek).
 
 All are opened by the app's lifespan and reached through `backend(request)`; nothing
 else in the gateway holds a connection. The state it keeps: `Written`, where its own
@@ -13,14 +14,16 @@ from collections import OrderedDict
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.structs import RecordMetadata
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 
-from sumi.core import pgtext
+from sumi.core import kafka, pgtext
+from sumi.core.bodies import BodyReader, Location
 from sumi.core.config import Settings
+from sumi.core.problems import Problem
 from sumi.core.topics import MAX_RECORD_BYTES, partition_for
 from sumi.gateway._decisions import Decisions
 from sumi.gateway._lookups import Lookups
@@ -59,6 +62,8 @@ class Backend:
         self.written = Written()
         self._pool: AsyncConnectionPool | None = None
         self._producer: AIOKafkaProducer | None = None
+        self._bodies: BodyReader | None = None
+        self._bodies_opening = asyncio.Lock()
         self.lookups = Lookups()
         self.decisions = Decisions(settings, self._decided, self.lookups)
 
@@ -80,6 +85,8 @@ class Backend:
 
     async def stop(self) -> None:
         await self.decisions.stop()
+        if self._bodies is not None:
+            await kafka.stop(self._bodies.consumer)
         if self._producer is not None:
             await self._producer.stop()
         if self._pool is not None:
@@ -106,6 +113,24 @@ class Backend:
             "WHERE command_id = ANY(%s)",
             (command_ids,),
         )
+
+    async def bodies(self, at: list[Location]) -> dict[Location, bytes]:
+        """The bodies of the messages accepted at these places of the queue log; one that is not
+        there is left out. A broker that cannot answer in time is `backend_unavailable`."""
+        try:
+            async with asyncio.timeout(self.settings.decision_timeout):
+                async with self._bodies_opening:
+                    if self._bodies is None:
+                        consumer = kafka.new_consumer(self.settings, max_partition_fetch_bytes=1 << 20)
+                        try:
+                            await consumer.start()
+                        except BaseException:
+                            await kafka.stop(consumer)
+                            raise
+                        self._bodies = BodyReader(consumer, self.settings.topic("queue"))
+                return await self._bodies.read(at)
+        except (TimeoutError, KafkaError, RuntimeError) as exc:
+            raise Problem("backend_unavailable", "the queue log could not be read; retry") from exc
 
     def partition(self, key: str) -> int:
         return partition_for(key, self.settings.partitions)

@@ -5,7 +5,8 @@ its UID): accepting a message needs no decision beyond the body's shape and the
 queue's existence, and `202` comes once the records are durable in Kafka. Stats and
 peek read the queue projection; after a send through this gateway they first wait
 until the projection has applied it (read your writes), so the wait is the reader's,
-never the sender's.
+never the sender's. A peek's bodies are read from the queue log, where the projection's
+rows say each message lies (the rows keep no bodies).
 """
 
 import asyncio
@@ -135,22 +136,28 @@ async def peek_messages(request: Request) -> Response:
     state = choice_param(request, "state", ("ready", "delayed", "inFlight"))
     limit = int_param(request, "limit", 100, 1, 1000)
     with_body = bool_param(request, "includeBody", False)
-    await _read_your_writes(backend(request), queue["uid"])
-    rows = await reads.peek(backend(request), queue["uid"], state, limit, with_body)
-    return JSONResponse({"items": [_peek_item(r, with_body) for r in rows]})
+    db = backend(request)
+    await _read_your_writes(db, queue["uid"])
+    rows = await reads.peek(db, queue["uid"], state, limit)
+    items = [_peek_item(r) for r in rows]
+    if with_body and rows:
+        bodies = await db.bodies([(r["log_partition"], r["log_offset"]) for r in rows])
+        for item, row in zip(items, rows, strict=True):
+            body = bodies.get((row["log_partition"], row["log_offset"]))
+            if body is None:  # the read model names a record the log no longer has
+                raise Problem("backend_unavailable", "a message's body could not be read from the queue log")
+            item["body"] = base64.b64encode(body).decode()
+    return JSONResponse({"items": items})
 
 
-def _peek_item(row: Row, with_body: bool) -> dict[str, Any]:
-    item = {
+def _peek_item(row: Row) -> dict[str, Any]:
+    return {
         "id": row["message_id"],
         "timestamp": round(row["accepted_at"].timestamp() * 1000),
         "attempts": row["attempts"],
         "state": row["peek_state"],
         "size": row["size"],
     }
-    if with_body:
-        item["body"] = base64.b64encode(bytes(row["body"])).decode()
-    return item
 
 
 routes = [

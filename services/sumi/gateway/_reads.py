@@ -163,15 +163,16 @@ async def queue_stats(db: Backend, queue_uid: str) -> Row:
     return {**counts, **(totals or zero)}
 
 
-async def peek(db: Backend, queue_uid: str, state: str | None, limit: int, with_body: bool) -> list[Row]:
-    """message_id, accepted_at, attempts, size, body (or None), peek_state; oldest first."""
+async def peek(db: Backend, queue_uid: str, state: str | None, limit: int) -> list[Row]:
+    """message_id, accepted_at, attempts, size, peek_state, and where the body lies in the queue
+    log (log_partition, log_offset); oldest first."""
     return await db.fetchall(
-        "SELECT message_id, accepted_at, attempts, size, "
-        "CASE WHEN %s THEN body END AS body, CASE WHEN state = 'inflight' THEN 'inFlight' "
+        "SELECT message_id, accepted_at, attempts, size, log_partition, log_offset, "
+        "CASE WHEN state = 'inflight' THEN 'inFlight' "
         "WHEN visible_at <= now() THEN 'ready' ELSE 'delayed' END AS peek_state "
         f"FROM queue_messages WHERE queue_uid = %s AND {PEEK_FILTERS[state]} "
         "ORDER BY accepted_at, log_offset LIMIT %s",
-        (with_body, queue_uid, limit),
+        (queue_uid, limit),
     )
 
 

@@ -37,6 +37,7 @@ from prometheus_client import CollectorRegistry
 from sumi.control.state import OperationView
 from sumi.core import clock, codec, ids, kafka
 from sumi.core import records as r
+from sumi.core.bodies import BodyReader
 from sumi.core.clock import now_ms
 from sumi.core.commands import Command, OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
@@ -49,7 +50,6 @@ from sumi.engines.worklogs import WorkerLogs
 from sumi.queue import _decide as d
 from sumi.queue import _snapshot as snapshot
 from sumi.queue._batching import pick_version, plan
-from sumi.queue._bodies import BodyReader
 from sumi.queue._contexts import ContextPool, Key
 from sumi.queue._control import LIVE, Consumer, ControlTable
 from sumi.queue._memory import BodyBudget

@@ -1,7 +1,10 @@
-"""Message bodies read back from the queue log, for the messages the body budget left out.
+"""Message bodies read back from the queue log, at the places the state or a read model keeps.
 
-A consumer of its own (the engine's reader follows the log's end and must not seek), one
-read at a time; a delivered batch's missing bodies are read together.
+A body lives in the log only, in its `MessageAccepted`: the queue engine reads back the bodies
+its budget left out when it delivers their batch, and the gateway the bodies a peek shows (the
+read model keeps where each message lies, not its body). A consumer of its own (a reader that
+follows the log's end must not seek), one read at a time; the bodies of one batch or one peek
+are read together.
 """
 
 import asyncio
@@ -11,7 +14,8 @@ from aiokafka import AIOKafkaConsumer
 
 from sumi.core import kafka
 from sumi.core import records as r
-from sumi.queue._state import Location
+
+Location = tuple[int, int]  # (partition, offset) of a MessageAccepted on the queue topic
 
 
 class BodyReader:
