@@ -7,6 +7,7 @@ import psycopg
 import pytest
 
 from sumi.core import records as r
+from sumi.gateway import _reads as reads
 from sumi_projections import queue
 
 pytestmark = pytest.mark.integration
@@ -59,3 +60,25 @@ async def test_a_delivery_in_a_large_backlog_finds_its_rows_by_id(cur: psycopg.A
         # Not every live row of the table (the partial index), nor the whole table: the IDs.
         assert "queue_messages_live" not in plan and "Seq Scan on queue_messages" not in plan, plan
         assert "queue_messages_pkey" in plan, plan
+
+
+async def test_the_stats_count_the_live_messages_only(cur: psycopg.AsyncCursor[Any]) -> None:
+    # QC-52: ready, delayed and in flight, read without going over the settled rows kept for days
+    ids = [f"m{i:06d}" for i in range(BACKLOG)]
+    accepted = [(r.MessageAccepted(Q, "demo", m, b"x", T0, T0), 0, i) for i, m in enumerate(ids)]
+    await queue.apply_many(cur, accepted)
+    offset = BACKLOG
+    for start in range(0, BACKLOG - 30, 100):  # batches of at most 100 (QC-4), all acknowledged
+        done = tuple(ids[start : min(start + 100, BACKLOG - 30)])
+        await queue.apply(cur, r.BatchDelivered(Q, "res_c", f"b{start}", done, (1,) * len(done), "v1", T0), 0, offset)
+        await queue.apply(cur, r.MessagesAcknowledged(Q, f"b{start}", done, "ack", T0), 0, offset + 1)
+        offset += 2
+    await queue.apply(cur, r.BatchDelivered(Q, "res_c", "last", tuple(ids[-10:]), (1,) * 10, "v1", T0), 0, offset)
+    await cur.execute("ANALYZE queue_messages")
+
+    await cur.execute(reads.QUEUE_COUNTS, (Q,))
+    ready, delayed, in_flight, _ = await cur.fetchone()  # type: ignore[misc]
+    assert (ready, delayed, in_flight) == (20, 0, 10)
+    await cur.execute("EXPLAIN " + reads.QUEUE_COUNTS, (Q,))  # type: ignore[operator]
+    plan = "\n".join(row[0] for row in await cur.fetchall())
+    assert "queue_messages_live" in plan and "Seq Scan" not in plan, plan

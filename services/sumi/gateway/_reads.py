@@ -145,15 +145,20 @@ async def queue_projection_offset(db: Backend, topic: str, partition: int) -> in
     return None if row is None else int(row["next_offset"])
 
 
+# The live messages only, through the partial index of exactly those: settled rows stay for
+# days (until their prune) and counting past them made a busy queue's stats cost a scan of
+# everything it had settled since.
+QUEUE_COUNTS = (
+    "SELECT count(*) FILTER (WHERE state = 'pending' AND visible_at <= now()) AS ready, "
+    "count(*) FILTER (WHERE state = 'pending' AND visible_at > now()) AS delayed, "
+    "count(*) FILTER (WHERE state = 'inflight') AS in_flight, now() AS observed_at "
+    f"FROM queue_messages WHERE queue_uid = %s AND {PEEK_FILTERS[None]}"
+)
+
+
 async def queue_stats(db: Backend, queue_uid: str) -> Row:
     """ready, delayed, in_flight, observed_at now; acknowledged, retried, dead_lettered, discarded ever."""
-    counts = await db.fetchone(
-        "SELECT count(*) FILTER (WHERE state = 'pending' AND visible_at <= now()) AS ready, "
-        "count(*) FILTER (WHERE state = 'pending' AND visible_at > now()) AS delayed, "
-        "count(*) FILTER (WHERE state = 'inflight') AS in_flight, now() AS observed_at "
-        "FROM queue_messages WHERE queue_uid = %s",
-        (queue_uid,),
-    )
+    counts = await db.fetchone(QUEUE_COUNTS, (queue_uid,))
     assert counts is not None  # an aggregate without GROUP BY is always one row
     totals = await db.fetchone(
         "SELECT acknowledged, retried, dead_lettered, discarded FROM queue_counters WHERE queue_uid = %s",
