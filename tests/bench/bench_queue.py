@@ -273,7 +273,7 @@ async def bench(host: Any) -> None:
             wal = _wal_bytes(host.settings.database_url)
             with cpu_seconds(procs, "(b)"), profiled(procs, "(b)"):
                 e2e, lat = await end_to_end(api, users, watcher, queues)
-            await asyncio.sleep(1)  # the projection's last batches
+            await projected(api, queues, acknowledged=100 * len(queues) + E2E_N)
             wal_per_message = (_wal_bytes(host.settings.database_url) - wal) / E2E_N
             rate_lat, rate_posts, rate_phases = await offered_rate(api, users, watcher)
             scaled = await with_replicas(host, api, users, watcher) if REPLICAS > 1 else None
@@ -319,6 +319,16 @@ async def with_replicas(host: Any, api: Api, users: Users, watcher: AckWatcher) 
         for proc in procs:
             proc.terminate()
             proc.wait()
+
+
+async def projected(api: Api, queues: list[str], acknowledged: int, timeout: float = 120) -> None:
+    """Until the queue projection has applied this many acknowledgements (its writes are in the
+    WAL figure: the acknowledgements readable in the log do not say it has)."""
+    deadline = time.monotonic() + timeout
+    while sum((await api.stats(q))["acknowledged"] for q in queues) < acknowledged:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the queue projection did not catch up")
+        await asyncio.sleep(0.2)
 
 
 def _wal_bytes(database_url: str) -> int:
