@@ -325,7 +325,7 @@ async def projected(api: Api, queues: list[str], acknowledged: int, timeout: flo
     """Until the queue projection has applied this many acknowledgements (its writes are in the
     WAL figure: the acknowledgements readable in the log do not say it has)."""
     deadline = time.monotonic() + timeout
-    while sum((await api.stats(q))["acknowledged"] for q in queues) < acknowledged:
+    while sum([(await api.stats(q))["acknowledged"] for q in queues]) < acknowledged:
         if time.monotonic() > deadline:
             raise TimeoutError("the queue projection did not catch up")
         await asyncio.sleep(0.2)
