@@ -19,11 +19,11 @@ WF-47; the Workflow's delete, WF-13) removes the rows: the ID is unknown afterwa
 deleted Workflow's UID stays in `workflow_purged`.
 """
 
-import dataclasses
 from typing import Any
 
 import psycopg
 
+from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.canonical import loads, parsed_canonical
 from sumi.core.times import rfc3339
@@ -114,10 +114,9 @@ HISTORY = (
 
 
 def history_data(rec: Any) -> dict[str, Any]:
-    """A record's fields as a history row's `data`: absent optionals left out. The fields are
-    read as they are (a record's values are immutable: `asdict`'s deep copy was for nothing)."""
+    """A record's fields as a history row's `data`: absent optionals left out."""
     data: dict[str, Any] = {}
-    for name in _field_names(type(rec)):
+    for name in codec.field_names(type(rec)):
         value = getattr(rec, name)
         if name in HIDDEN or value is None:
             continue
@@ -127,16 +126,6 @@ def history_data(rec: Any) -> dict[str, Any]:
             value = rfc3339(value)
         data[name] = value
     return data
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {}  # record type -> its fields, in order
-
-
-def _field_names(record_type: type) -> tuple[str, ...]:
-    names = _FIELDS.get(record_type)
-    if names is None:
-        names = _FIELDS[record_type] = tuple(f.name for f in dataclasses.fields(record_type))
-    return names
 
 
 def _data(rec: Any) -> str:

@@ -14,8 +14,7 @@ from aiokafka import AIOKafkaConsumer
 
 from sumi.core import kafka
 from sumi.core import records as r
-
-Location = tuple[int, int]  # (partition, offset) of a MessageAccepted on the queue topic
+from sumi.core.topics import Location
 
 
 class BodyReader:

@@ -163,7 +163,16 @@ def _fast() -> tuple[Any, Any]:
     return _read_public, _write_public
 
 
-_FIELDS: dict[str, tuple[str, ...]] = {}  # record type -> its fields, in order
+_FIELDS: dict[type, tuple[str, ...]] = {}  # record type -> its fields, in order
+
+
+def field_names(record_type: type) -> tuple[str, ...]:
+    """A record type's fields, in order: read with getattr, a shallow view of a record (asdict()
+    deep-copies every field, bodies included, for nothing: a record's values are immutable)."""
+    names = _FIELDS.get(record_type)
+    if names is None:
+        names = _FIELDS[record_type] = tuple(f.name for f in dataclasses.fields(record_type))
+    return names
 
 
 def encode(record: Record) -> bytes:
@@ -171,9 +180,7 @@ def encode(record: Record) -> bytes:
     reg = _registry()
     schema = reg.current[name]
     out = bytearray(reg.header[name])  # magic + fingerprint, computed once per schema
-    # A shallow dict: asdict() deep-copies every field, bodies included, for nothing.
-    fields = _FIELDS.get(name) or _FIELDS.setdefault(name, tuple(f.name for f in dataclasses.fields(record)))
-    values = {f: getattr(record, f) for f in fields}
+    values = {f: getattr(record, f) for f in field_names(type(record))}
     _fast()[1](out, schema, _to_avro(values))
     return bytes(out)
 

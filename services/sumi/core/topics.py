@@ -104,6 +104,9 @@ def log_key(space: str, worker_uid: str) -> str:
     return f"{space}/{worker_uid}"
 
 
+Location = tuple[int, int]  # (partition, offset) of a record on a topic
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def partition_for(key: str, partitions: int) -> int:
     """Kafka's default partitioner (murmur2), so Java clients agree with us. aiokafka's murmur2

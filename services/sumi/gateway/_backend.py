@@ -21,10 +21,10 @@ from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 
 from sumi.core import kafka, pgtext
-from sumi.core.bodies import BodyReader, Location
+from sumi.core.bodies import BodyReader
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
-from sumi.core.topics import MAX_RECORD_BYTES, partition_for
+from sumi.core.topics import MAX_RECORD_BYTES, Location, partition_for
 from sumi.gateway._decisions import Decisions
 from sumi.gateway._lookups import Lookups
 

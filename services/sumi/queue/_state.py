@@ -27,13 +27,13 @@ import heapq
 from dataclasses import dataclass, field
 
 from sumi.core import records as r
+from sumi.core.topics import Location
 from sumi.queue._cold import ColdTail
 from sumi.queue._memory import BodyBudget, SettledWindow
 
 DEFAULT_SETTLED_WINDOW = 100_000  # sumi.core.config.Settings.queue_settled_window
 DEFAULT_BODY_BUDGET = 64 << 20  # sumi.core.config.Settings.queue_body_budget_bytes
 DEFAULT_HOT_MESSAGES = 10_000  # sumi.core.config.Settings.queue_hot_messages
-Location = tuple[int, int]  # (partition, offset) of a record on the queue topic
 
 
 @dataclass(slots=True)  # a backlog holds millions: no __dict__ each
