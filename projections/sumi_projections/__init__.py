@@ -3,8 +3,8 @@
 import asyncio
 
 from sumi.core.config import Settings
+from sumi.core.keyreader import KeyReader
 from sumi_projections import _prune, control, quarantine, queue, workflow
-from sumi_projections._keys import Keys
 from sumi_projections._migrate import drop, migrate
 from sumi_projections._runner import ProjectionRunner, run_all
 
@@ -15,7 +15,7 @@ def runners(settings: Settings) -> list[ProjectionRunner]:
         ProjectionRunner(settings, "queue", settings.topic("queue"), queue.apply),
         ProjectionRunner(settings, "quarantine", settings.topic("quarantine"), quarantine.apply),
         # Sealed documents are opened with the keys alive (a purged one's read as absent).
-        ProjectionRunner(settings, "workflow", settings.topic("workflow"), workflow.apply, Keys(settings)),
+        ProjectionRunner(settings, "workflow", settings.topic("workflow"), workflow.apply, KeyReader(settings)),
     ]
 
 

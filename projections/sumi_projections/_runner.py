@@ -53,7 +53,7 @@ class Sink(Protocol):
 
 
 class Opener(Protocol):
-    """What a projection of sealed records opens them with before applying them (sumi_projections._keys)."""
+    """What a projection of sealed records opens them with before applying them (sumi.core.keyreader)."""
 
     async def open(self, records: list[Any]) -> list[Any]: ...
 

@@ -8,7 +8,7 @@
   gateway waits for them (request–reply, as with the control processor); a status query's
   (`instance.status`) does not: its asker reads it from the log.
 
-Documents reach this module opened (`_keys`: with the keys alive; a destroyed key's document
+Documents reach this module opened (`sumi.core.keyreader`: with the keys alive; a destroyed key's document
 reads as absent). A terminal transition destroys the keys of the instance's unmatched events
 (WF-25), so their history rows lose their payloads with it: the rows then read as a replay,
 which can no longer open them, rebuilds them.

@@ -10,6 +10,7 @@ Errors named by the WF codes. A binding names a DurableWorkflow of the calling V
 """
 
 import asyncio
+import logging
 from typing import Any, Protocol
 
 from sumi.control.state import VersionView
@@ -27,6 +28,8 @@ from sumi.workflow._remote import Remote, answer_of
 from sumi.workflow._state import Instance
 
 __all__ = ["Bindings", "binding_target", "create_command", "event_command"]
+
+log = logging.getLogger("sumi.workflow")
 
 
 class Decider(Protocol):
@@ -66,6 +69,10 @@ class Bindings:
             return await self._call(wf.uid, caller, method, args)
         except Problem as problem:
             raise HostError(problem.code, problem.detail) from None
+        except Exception:
+            # A Host fault, not an outage: the caller may only retry, so whoever reads the log must see it.
+            log.exception("workflow binding %s on instance %s/%s failed", method, wf.uid, args.get("id"))
+            raise HostError("backend_unavailable", f"{method} failed in the Host (logged)") from None
 
     async def _call(self, uid: str, caller: d.Caller, method: str, args: dict[str, Any]) -> Any:
         if method == "workflow.create":

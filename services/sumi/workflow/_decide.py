@@ -70,8 +70,19 @@ class WorkflowView:
     closed: bool = False  # being deleted: intake closed (WF-13)
 
 
-def doc(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+class SealedDocument(RuntimeError):
+    """A document reached a decision still as the log holds it: a Host fault (the reader did not
+    open it with its key), never to be read as JSON (a JSON decode error of ciphertext or of
+    nothing says nothing of where the fault is)."""
+
+
+def doc(text: str | None, what: str = "a document") -> Any:
+    """An instance's document (canonical JSON, opened), or None for undefined."""
+    if text is None:
+        return None
+    if not text or sealing.is_sealed(text):
+        raise SealedDocument(f"{what} is {'sealed' if text else 'empty'}: it was never opened")
+    return json.loads(text)
 
 
 # ---- commands --------------------------------------------------------------------------------
@@ -163,9 +174,11 @@ def status_of(inst: Instance) -> dict[str, Any]:
     """WF-21: `output` only when complete, `error` only when errored."""
     out: dict[str, Any] = {"status": inst.status}
     if inst.status == "complete" and inst.output is not None:
-        out["output"] = json.loads(inst.output)
+        out["output"] = doc(inst.output, f"the output of {inst.instance_id}")
     if inst.status == "errored" and inst.error is not None:
         reason, message = inst.error
+        if sealing.is_sealed(message):
+            raise SealedDocument(f"the error message of {inst.instance_id} is sealed: it was never opened")
         out["error"] = {"reason": reason, **({"message": message} if message else {})}
     return out
 
@@ -305,7 +318,7 @@ def _replayed(done: Step) -> Decision:
 
 
 def _resolve(key: str, text: str | None) -> dict[str, Any]:
-    return {"action": "resolve"} if text is None else {"action": "resolve", key: json.loads(text)}
+    return {"action": "resolve"} if text is None else {"action": "resolve", key: doc(text, f"a step's {key}")}
 
 
 def _committed(inst: Instance, rec: r.StepAttemptCommitted, limits: Limits, reply: dict[str, Any]) -> Decision:

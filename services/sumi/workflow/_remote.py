@@ -15,6 +15,7 @@ is cancelled; its command is still decided by the owner, as a gateway client's t
 import asyncio
 import base64
 import json
+import logging
 import os
 from typing import Any, Protocol
 
@@ -28,6 +29,8 @@ from sumi.workflow import commands as c
 from sumi.workflow._replies import Replies
 
 REPLY_KEY_BYTES = 32
+
+log = logging.getLogger("sumi.workflow")
 
 
 class Submitter(Protocol):
@@ -71,6 +74,7 @@ class Remote:
         sealed = answer_of(await self.decided(key, query, caller))
         plain = sealing.unseal(r.DataKey(caller.command_id, uid, iid, secret, 0), str(sealed))
         if plain is None:
+            log.error("workflow binding status: instance %s: the owner's answer did not open", key)
             raise Problem("backend_unavailable", "the owner's answer could not be opened")
         document: dict[str, Any] = json.loads(plain)
         return document

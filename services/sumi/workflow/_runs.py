@@ -75,7 +75,7 @@ def invocation(inst: Instance, class_name: str, limits: d.Limits) -> WorkflowInv
     return WorkflowInvocation(
         class_name,
         inst.instance_id,
-        d.doc(inst.params),
+        d.doc(inst.params, f"the params of {inst.instance_id}"),
         completed,
         dict(inst.pending),
         steps_left=max(limits.max_steps - inst.steps_used, 0),

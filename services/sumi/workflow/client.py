@@ -8,6 +8,11 @@ workflow engine decided on, and a create's own instance is known once its decisi
 (both are in one transaction, on one partition). No answer in time, or a broker that
 cannot take the command: `backend_unavailable` (WF-27).
 
+The fold holds the documents as the log does, sealed (sumi.core.sealing): a status opens the
+output and error message it answers with their instance's key, read from the key topic when
+asked (and waited for: the key commits with the record, on another topic). Decrypting only
+what a caller asks for keeps the follower as cheap as it was.
+
 It starts following on the first call: a queue engine whose handlers never call a
 Workflow reads nothing of the instance log (before, every queue engine decoded every step
 of every workflow, idle queues or not).
@@ -15,7 +20,9 @@ of every workflow, idle queues or not).
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import logging
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -25,6 +32,7 @@ from sumi.core import ids, kafka
 from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.config import Settings
+from sumi.core.keyreader import KeyReader
 from sumi.core.offloop import OffLoop
 from sumi.core.problems import Problem
 from sumi.core.topics import instance_key
@@ -33,6 +41,8 @@ from sumi.workflow import commands as c
 from sumi.workflow._bindings import binding_target, create_command, event_command
 from sumi.workflow._decide import status_of
 from sumi.workflow._state import Instance, evolve
+
+log = logging.getLogger("sumi.workflow")
 
 
 class WorkflowClient:
@@ -44,12 +54,14 @@ class WorkflowClient:
         self.ready = asyncio.Event()
         self.wanted = asyncio.Event()
         self.off_loop = OffLoop()
+        self.keys = KeyReader(settings)
 
     async def run(self) -> None:
         """Follow the instance log once a binding is called (run beside the host engine's own loops)."""
         await self.wanted.wait()
         # The clients stop however this ends, a stop signal while they start included.
         async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(self.keys.close)
             self.producer = await kafka.started(stack, kafka.new_producer(self.settings))
             consumer = await kafka.started(stack, kafka.new_consumer(self.settings))
             tps = await kafka.partitions(consumer, self.settings.topic("workflow"))
@@ -82,6 +94,10 @@ class WorkflowClient:
             return await self._call(uid, code, method, args)
         except Problem as problem:
             raise HostError(problem.code, problem.detail) from None
+        except Exception:
+            # A Host fault, not an outage: the caller may only retry, so whoever reads the log must see it.
+            log.exception("workflow binding %s on instance %s/%s failed", method, uid, args.get("id"))
+            raise HostError("backend_unavailable", f"{method} failed in the Host (logged)") from None
 
     async def _call(self, uid: str, code: VersionView, method: str, args: dict[str, Any]) -> Any:
         if method == "workflow.create":
@@ -95,12 +111,25 @@ class WorkflowClient:
             inst = self.instances.get(instance_key(uid, iid))
             if inst is None:
                 raise Problem("unknown_instance", f"no instance {iid}")  # WF-20
-            return {"id": iid} if method == "workflow.get" else status_of(inst)
+            return {"id": iid} if method == "workflow.get" else await self._status(inst)
         if method == "workflow.sendEvent":
             return await self._decided(await self.off_loop.run(code.space, event_command, uid, args), code)
         if method == "workflow.terminate":
             return {"status": (await self._decided(c.TerminateInstance(uid, iid), code))["status"]}
         raise Problem("invalid_request", f"unknown binding method {method}")
+
+    async def _status(self, inst: Instance) -> dict[str, Any]:
+        """WF-21 from the sealed fold: what the document shows, opened (its key waited for)."""
+        output = inst.output if inst.status == "complete" else None
+        message = inst.error[1] if inst.status == "errored" and inst.error is not None else None
+        opened, said = await self.keys.open_texts(output, message)
+        if (output is None) != (opened is None) or (message is None) != (said is None):
+            log.error(
+                "workflow binding status: instance %s/%s: its key did not come", inst.workflow_uid, inst.instance_id
+            )
+            raise Problem("backend_unavailable", "the instance's documents cannot be opened yet")
+        error = None if inst.error is None else (inst.error[0], said)
+        return status_of(dataclasses.replace(inst, output=opened, error=error))
 
     async def _ready(self) -> None:
         self.wanted.set()

@@ -24,11 +24,11 @@ from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, QUEUE, WOR
 from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.config import Settings
+from sumi.core.keyreader import KeyReader
 from sumi.core.topics import ensure_topics, partition_for
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow.engine import Engine
-from sumi_projections._keys import Keys
 
 SPACE = "demo"
 TERMINAL = ("complete", "errored", "terminated")
@@ -208,7 +208,7 @@ async def _tail(settings: Settings, log: Log) -> None:
     """The instance log as it commits, its sealed documents opened with the keys alive, as the
     workflow projection reads it."""
     consumer = reader(settings, "workflow")
-    keys = Keys(settings)
+    keys = KeyReader(settings)
     await consumer.start()
     try:
         while True:

@@ -1,6 +1,7 @@
-"""The data keys, as a projection of the instance log needs them: the fold of the key topic,
-read on demand, so that sealed documents are shown opened while their key lives and absent
-once a purge has destroyed it (sumi.core.sealing).
+"""The data keys, as a reader of the instance log that does not decide it needs them (the
+workflow projection, the queue engine's Caller Bindings): the fold of the key topic, read on
+demand, so that sealed documents are shown opened while their key lives and absent once a
+purge has destroyed it (sumi.core.sealing).
 
 A record and the key that seals it commit in one transaction, but the two topics' commit
 markers land one after the other: a key a record names may not be readable yet when the
@@ -25,13 +26,14 @@ WAIT_S = 10.0  # at most this long per batch
 DROPPED = 100_000  # destroyed key IDs remembered (so a fresh one is not waited for)
 
 
-class Keys:
+class KeyReader:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.ring = sealing.KeyRing()
         self.dropped: OrderedDict[str, None] = OrderedDict()
         self.consumer: AIOKafkaConsumer | None = None
         self.tps: list[TopicPartition] = []
+        self.reading = asyncio.Lock()  # callers that ask at the same time share one consumer
 
     async def open(self, records: list[Any]) -> list[Any]:
         """The records with their documents opened by the keys alive now."""
@@ -39,6 +41,13 @@ class Keys:
         if wanted:
             await self._catch_up(wanted)
         return [sealing.open_record(rec, self.ring) for rec in records]
+
+    async def open_texts(self, *texts: str | None) -> list[str | None]:
+        """Documents as the log holds them, opened the same way (None stays None)."""
+        wanted = {sealing.key_id_of(t) for t in texts if t is not None and sealing.is_sealed(t)}
+        if wanted - self.ring.keys.keys():
+            await self._catch_up(wanted)
+        return [self.ring.open(t) for t in texts]
 
     async def close(self) -> None:
         if self.consumer is not None:
@@ -51,7 +60,8 @@ class Keys:
         # soon, then less often (a fixed 50 ms here had been most of a create's answer time).
         delay = 0.001
         while True:
-            await self._read_to_end()
+            async with self.reading:
+                await self._read_to_end()
             wanted = {k for k in wanted if k not in self.ring.keys and k not in self.dropped}
             if not any(_fresh(k) for k in wanted) or time.monotonic() > deadline:
                 return
