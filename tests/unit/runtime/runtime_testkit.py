@@ -1,15 +1,36 @@
-"""Shared helpers of the runtime tests: a recording Host, batches, module sets."""
+"""Shared helpers of the runtime tests: the JavaScript runtime fixture, a recording Host, batches, module sets."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import subprocess
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from sumi.runtime import EnvSpec, HostError, Module, QueueBatch, QueueMessage
+import pytest
+
+from sumi.runtime import EnvSpec, HostError, JsRuntime, Module, QueueBatch, QueueMessage
 from sumi.runtime._jshost import JS_DIR
+
+
+def js_runtime(scope: Literal["module", "function"] = "module", *, test_hooks: bool = False) -> Any:
+    """The `rt` fixture: one started JsRuntime, shared by a module's tests unless scope says per test.
+
+    conftest.py makes the shared one; a module that needs another sets `rt = js_runtime(...)`:
+    per test where a test may leave the runtime worse than it found it (its memory, a forged
+    frame), test hooks where a test looks inside the runtime process.
+    """
+
+    @pytest.fixture(scope=scope, name="rt")
+    async def rt() -> AsyncIterator[JsRuntime]:
+        runtime = JsRuntime(test_hooks=test_hooks)
+        await runtime.start()
+        yield runtime
+        await runtime.close()
+
+    return rt
 
 
 @dataclass

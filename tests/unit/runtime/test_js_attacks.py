@@ -7,13 +7,12 @@ turned around: each passed while its hole was open and asserts here that the att
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from sumi.runtime import InvokeResult, JsRuntime, Limits
-from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue
+from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue, js_runtime
 
 
 def handler(body: str) -> str:
@@ -21,12 +20,7 @@ def handler(body: str) -> str:
     return js_queue("globalThis.sentinel = () => batch.retryAll(7);\n" + body)
 
 
-@pytest.fixture
-async def rt() -> AsyncIterator[JsRuntime]:
-    runtime = JsRuntime()
-    await runtime.start()
-    yield runtime
-    await runtime.close()
+rt = js_runtime("function")  # each attack meets a runtime no earlier attack touched
 
 
 FIVE_SECONDS = Limits(cpu_ms=5000)

@@ -6,24 +6,16 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
-
-import pytest
 
 from sumi.runtime import JsRuntime, Limits
-from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue
+from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue, js_runtime
 
 SMALL = Limits(cpu_ms=500, heap_mb=32)
 TIGHT_HEAP = Limits(cpu_ms=30_000, heap_mb=32)  # a loaded machine must not turn the heap test into a CPU one
 FOREVER = "await new Promise(() => {});"
 
 
-@pytest.fixture(scope="module")
-async def rt() -> AsyncIterator[JsRuntime]:
-    runtime = JsRuntime(test_hooks=True)
-    await runtime.start()
-    yield runtime
-    await runtime.close()
+rt = js_runtime(test_hooks=True)  # the tests count the cells inside the runtime process
 
 
 def share() -> str:

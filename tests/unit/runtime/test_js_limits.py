@@ -5,23 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator
-
-import pytest
 
 from sumi.runtime import JsRuntime, Limits
 from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue
 
 SMALL = Limits(cpu_ms=500, heap_mb=32)
 COUNTER = "let n = 0;\n" + js_queue("n += 1; await batch.retryAll(n);")
-
-
-@pytest.fixture(scope="module")
-async def rt() -> AsyncIterator[JsRuntime]:
-    runtime = JsRuntime()
-    await runtime.start()
-    yield runtime
-    await runtime.close()
 
 
 async def still_serves(rt: JsRuntime) -> None:

@@ -8,8 +8,6 @@ the context is stopped for it (heap_limit) or holds no more than the limit.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from sumi.runtime import JsRuntime, Limits
@@ -17,14 +15,6 @@ from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue
 
 LIMIT_MB = 32
 TRY_MB = 2 * LIMIT_MB
-
-
-@pytest.fixture(scope="module")
-async def rt() -> AsyncIterator[JsRuntime]:
-    runtime = JsRuntime()
-    await runtime.start()
-    yield runtime
-    await runtime.close()
 
 
 def hoarder(allocate_mib: str) -> str:

@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from sumi.runtime import JsRuntime, Limits
 from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue
-
-
-@pytest.fixture(scope="module")
-async def rt() -> AsyncIterator[JsRuntime]:
-    runtime = JsRuntime()
-    await runtime.start()
-    yield runtime
-    await runtime.close()
 
 
 async def invoke(rt: JsRuntime, body: str, host: Host | None = None):

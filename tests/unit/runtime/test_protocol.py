@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 
 from sumi.runtime import JsRuntime, Limits, PyRuntime
 from sumi.runtime._protocol import Invocation, ProtocolError, Refused, check_host_call, check_log, check_reply
-from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue, py, py_queue
+from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue, js_runtime, py, py_queue
 
 INV = {1: Invocation("batch-1", frozenset({"OUT"}))}
 
@@ -134,12 +133,7 @@ async def test_a_python_worker_forging_frames_is_stopped(frame: str) -> None:
     assert host.calls == []
 
 
-@pytest.fixture
-async def rt() -> AsyncIterator[JsRuntime]:
-    runtime = JsRuntime(test_hooks=True)
-    await runtime.start()
-    yield runtime
-    await runtime.close()
+rt = js_runtime("function", test_hooks=True)  # a forged frame must not leak into the next test
 
 
 async def test_forged_frames_in_the_js_runtime_stop_only_the_named_context(rt: JsRuntime) -> None:
