@@ -7,6 +7,7 @@ import pytest
 
 from tests.conformance.kit import Api
 from tests.httpkit import CONSUMER, QUEUE, assert_problem, auth
+from tests.spec_ranges import CONSUMER_RANGES
 
 pytestmark = pytest.mark.integration
 
@@ -55,16 +56,7 @@ async def test_spec_is_closed_and_complete(api: Api, world: dict[str, str]) -> N
     await rejected(api, base, 400, "invalid_spec", privateInputs={"token": "x"})
 
 
-@pytest.mark.parametrize(
-    "field, low, high",
-    [
-        ("maxBatchSize", 1, 100),  # QC-4
-        ("maxBatchTimeoutSeconds", 0, 60),  # QC-5
-        ("maxConcurrency", 1, 250),  # QC-6
-        ("maxRetries", 0, 100),  # QC-7
-        ("retryDelaySeconds", 0, 43200),  # QC-8
-    ],
-)
+@pytest.mark.parametrize("field, low, high", CONSUMER_RANGES)  # QC-4..8
 async def test_ranges(api: Api, world: dict[str, str], field: str, low: int, high: int) -> None:
     base = api.consumer_spec(world["q"], world["w"])
     for bad in (low - 1, high + 1, 1.5, "1", None):

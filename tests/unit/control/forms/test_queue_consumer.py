@@ -8,6 +8,7 @@ from sumi.control import ControlState
 from sumi.control.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER
 from sumi.core import records as r
 from tests.decisions_kit import command, problem, reply, run
+from tests.spec_ranges import CONSUMER_RANGES
 
 
 def cmd(kind: str, payload: dict[str, Any], space: str = "demo") -> r.CommandSubmitted:
@@ -67,16 +68,7 @@ def test_valid_create_succeeds_now(s: ControlState) -> None:
     assert [e.state for e in events if isinstance(e, r.OperationStateChanged)] == ["running", "succeeded"]
 
 
-@pytest.mark.parametrize(
-    "field, low, high",
-    [
-        ("maxBatchSize", 1, 100),  # QC-4
-        ("maxBatchTimeoutSeconds", 0, 60),  # QC-5
-        ("maxConcurrency", 1, 250),  # QC-6
-        ("maxRetries", 0, 100),  # QC-7
-        ("retryDelaySeconds", 0, 43200),  # QC-8
-    ],
-)
+@pytest.mark.parametrize("field, low, high", CONSUMER_RANGES)  # QC-4..8
 def test_ranges_at_both_edges(s: ControlState, field: str, low: int, high: int) -> None:
     w = world(s)
     for i, ok in enumerate((low, high)):
