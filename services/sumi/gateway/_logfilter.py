@@ -1,4 +1,8 @@
-"""Which of a worker's log lines a `GET …/logs` asks for, and how each is answered (pure)."""
+"""Which of a worker's log lines a `GET …/logs` asks for, and how each is answered.
+
+No I/O of its own, yet not a pure module: importing it loads the gateway package, and with it
+the HTTP app (tests/unit/test_pure_modules.py would see starlette).
+"""
 
 from dataclasses import dataclass
 from datetime import datetime

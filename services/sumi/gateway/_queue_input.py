@@ -1,4 +1,8 @@
-"""The queue send body and its message IDs (host-api.md section 4; QC-52). Pure."""
+"""The queue send body and its message IDs (host-api.md section 4; QC-52).
+
+No I/O of its own, yet not a pure module: importing it loads the gateway package, and with it
+the HTTP app (tests/unit/test_pure_modules.py would see starlette).
+"""
 
 import base64
 import binascii
