@@ -22,8 +22,11 @@ from collections.abc import Callable
 
 import httpx
 import psutil
+import pytest
 
 from tests.integration.test_up_lifecycle import Up, create_queue, role, up, workdir
+
+pytestmark = pytest.mark.integration
 
 __all__ = ["up", "workdir"]  # the fixtures this module's tests take, imported with their kit
 

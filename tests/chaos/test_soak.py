@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 import psutil
+import pytest
 
 from sumi.audit import replay_and_compare
 from sumi.core import kafka
@@ -33,6 +34,8 @@ from sumi.supervisor import Supervisor
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, new_settings, new_space
 from tests.httpkit import QUEUE, WORKFLOW, b64
+
+pytestmark = pytest.mark.integration
 
 SECONDS = float(os.environ.get("SUMI_CHAOS_SECONDS", "15"))
 CALM = 5.0  # seconds of traffic before the first fault and after the last

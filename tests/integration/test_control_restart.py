@@ -11,6 +11,8 @@ import pytest
 from sumi.core import records as r
 from tests.hostkit import Host, control_log, new_settings, running_host
 
+pytestmark = pytest.mark.integration
+
 QUEUE = "https://edge.forms.takoform.com/forms/AtLeastOnceQueue/0.2.0/"
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 from aiokafka import AIOKafkaProducer
 
 from sumi.control.forms.names import QUEUE
@@ -19,6 +20,8 @@ from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.topics import partition_for
 from tests.hostkit import Host
+
+pytestmark = pytest.mark.integration
 
 BAD = {
     "not-json": ("space.create", "\x00\xff{ this is not JSON"),

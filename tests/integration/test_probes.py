@@ -6,7 +6,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlparse
 
+import pytest
+
 from sumi.infra._probe import kafka_answers, postgres_answers
+
+pytestmark = pytest.mark.integration
 
 
 @contextmanager

@@ -4,6 +4,9 @@ import uuid
 from typing import Any
 
 import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
 
 FORMS = "https://edge.forms.takoform.com/forms/"
 WORKER = FORMS + "ModuleWorker/0.3.0/"

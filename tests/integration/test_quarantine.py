@@ -26,6 +26,8 @@ from sumi.core import records as r
 from tests.conformance.kit import Api
 from tests.hostkit import Host, new_settings, new_space, running_host
 
+pytestmark = pytest.mark.integration
+
 ACK_JS = """
 export default {
   async queue(batch, env, ctx) {

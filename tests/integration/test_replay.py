@@ -14,6 +14,8 @@ from sumi.audit import replay_and_compare
 from sumi_projections import drop, migrate
 from tests.hostkit import Host, new_settings, running_host
 
+pytestmark = pytest.mark.integration
+
 QUEUE = "https://edge.forms.takoform.com/forms/AtLeastOnceQueue/0.2.0/"
 
 

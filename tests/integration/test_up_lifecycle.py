@@ -34,6 +34,8 @@ from tests.hostkit import new_settings
 from tests.httpkit import QUEUE, auth
 from tests.integration.cli.clikit import Cli, run_tour
 
+pytestmark = pytest.mark.integration
+
 GONE_WITHIN = 10.0  # the bound: no process left and the ports free within 10 s of the signal
 PORT_VARS = ("SUMI_KAFKA_PORT", "SUMI_PG_PORT", "SUMI_HTTP_PORT")
 

@@ -21,6 +21,8 @@ import pytest
 from sumi._lifeline import die_with_parent
 from sumi.infra import free_port
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "records"
 

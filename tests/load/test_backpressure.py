@@ -17,10 +17,13 @@ from dataclasses import dataclass, field
 
 import httpx
 import psutil
+import pytest
 
 from tests.conformance.kit import Api
 from tests.hostkit import Host, new_space
 from tests.httpkit import WORKFLOW, Users, auth
+
+pytestmark = pytest.mark.integration
 
 CLIENTS = int(os.environ.get("SUMI_LOAD_CLIENTS", "200"))
 SECONDS = float(os.environ.get("SUMI_LOAD_SECONDS", "60"))

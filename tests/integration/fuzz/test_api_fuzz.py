@@ -28,6 +28,8 @@ from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, new_space
 from tests.httpkit import QUEUE, WORKFLOW
 
+pytestmark = pytest.mark.integration
+
 # schemathesis imports its OpenAPI loader lazily, on the first `from_dict`. In a fresh clone (no
 # .pyc yet) that compiles the module in the middle of the run, and CPython 3.11.7 refused once to
 # build its AST there ("AST constructor recursion depth mismatch", CPython's gh-106905, fixed in

@@ -5,10 +5,13 @@ reaches, is what the Host holds now, never a row kept from before."""
 import uuid
 
 import httpx
+import pytest
 
 from tests.conformance.kit import Api
 from tests.hostkit import Host, SpaceFixture
 from tests.httpkit import assert_problem, auth, b64, key
+
+pytestmark = pytest.mark.integration
 
 
 async def test_a_revoked_token_is_refused_on_the_very_next_request(

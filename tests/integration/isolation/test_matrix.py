@@ -18,6 +18,8 @@ from sumi.gateway.openapi import document
 from tests.hostkit import Host, SpaceFixture, new_space
 from tests.httpkit import QUEUE, assert_problem, auth, key
 
+pytestmark = pytest.mark.integration
+
 WRITES = {"post", "put", "delete"}
 ADMIN_ONLY = {
     ("post", "/v2/spaces"),
