@@ -30,6 +30,9 @@ class Settings:
     launch_kafka: bool = True
     launch_postgres: bool = True
     decision_timeout: float = 10.0
+    # The gateway admits writes that add work (creates, events, sends) while their answers'
+    # median stays within this many seconds (sumi.gateway._limits); past it, it refuses some.
+    write_latency_target: float = 1.0
     state_dir: str = ".sumi"
     # Worker runtimes (see sumi.runtime._walls and docs/security.md). Python
     # worker code owns its process, so without the OS walls (bubblewrap) it
@@ -137,6 +140,7 @@ class Settings:
             "launch_kafka": "SUMI_KAFKA_BOOTSTRAP" not in env,
             "launch_postgres": "SUMI_DATABASE_URL" not in env,
             "decision_timeout": float(env.get("SUMI_DECISION_TIMEOUT", "10")),
+            "write_latency_target": float(env.get("SUMI_WRITE_LATENCY_TARGET", "1")),
             "state_dir": env.get("SUMI_STATE_DIR", ".sumi"),
             "allow_unwalled_python": env.get("SUMI_ALLOW_UNWALLED_PYTHON", "") in ("1", "true", "yes"),
             "runtime_walls": env.get("SUMI_RUNTIME_WALLS", ""),
@@ -192,6 +196,7 @@ class Settings:
             "SUMI_KAFKA_PORT": str(self.kafka_port),
             "SUMI_PG_PORT": str(self.pg_port),
             "SUMI_DECISION_TIMEOUT": str(self.decision_timeout),
+            "SUMI_WRITE_LATENCY_TARGET": str(self.write_latency_target),
             "SUMI_STATE_DIR": self.state_dir,
             "SUMI_ALLOW_UNWALLED_PYTHON": "1" if self.allow_unwalled_python else "",
             "SUMI_RUNTIME_WALLS": self.runtime_walls,

@@ -16,7 +16,7 @@ from starlette.staticfiles import StaticFiles
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
 from sumi.gateway import _logs, _operations, _queues, _resources, _service, _spaces, _tokens, _workflows
-from sumi.gateway._admission import Admission
+from sumi.gateway._admission import ANSWER_MARGIN_S, Admission
 from sumi.gateway._backend import Backend
 from sumi.gateway._metrics import Metrics, MetricsMiddleware
 from sumi.gateway._problems import CatchAll, on_http_exception, on_problem
@@ -65,7 +65,11 @@ def create_app(settings: Settings) -> Starlette:
         routes=routes(),
         middleware=[
             Middleware(MetricsMiddleware, metrics=metrics),
-            Middleware(Admission),
+            Middleware(
+                Admission,
+                target=settings.write_latency_target,
+                answer_within=settings.decision_timeout + ANSWER_MARGIN_S,
+            ),
             Middleware(CatchAll),
             Middleware(_workflows.InstancePaths),
         ],
