@@ -6,9 +6,10 @@ Three bounds, each answered at once with `503 backend_unavailable` before a body
   queues stay bounded whatever the number of clients.
 - A write that adds work (a workflow instance's create, event or terminate; a queue send) past
   what the Host answers in time (`_limits.WriteLimit`, one per kind of write, learnt from the
-  answers' times): past capacity the Host refuses in milliseconds and finishes what it took in
-  time, instead of taking everything and answering late or never. A refused write has appended
-  nothing; the client retries with the same Idempotency-Key (host-api.md section 6).
+  answers' times), and a create while the Host's instances queue for a context (`_backlog`):
+  past capacity the Host refuses in milliseconds and finishes what it took in time, instead of
+  taking everything and answering late or never. A refused write has appended nothing; the
+  client retries with the same Idempotency-Key (host-api.md section 6).
 - Every write is answered within `decision_timeout` plus ANSWER_MARGIN_S of reaching the
   gateway, whatever it waits on (a lookup, the pool, the broker, a decision): past it, a request
   not yet answered is answered `503`.
@@ -22,6 +23,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sumi.core.problems import Problem
+from sumi.gateway._backlog import Backlog
 from sumi.gateway._limits import WriteLimit
 from sumi.gateway._problems import problem_response
 
@@ -49,11 +51,22 @@ def write_kind(scope: Scope) -> tuple[str, str] | None:
     return None
 
 
+def _is_create(scope: Scope) -> bool:
+    raw: bytes = scope.get("raw_path") or scope["path"].encode()
+    return raw.rstrip(b"/").endswith(b"/instances")
+
+
 class Admission:
     def __init__(
-        self, app: ASGIApp, limit: int = MAX_IN_FLIGHT, target: float = 1.0, answer_within: float = 10.5
+        self,
+        app: ASGIApp,
+        limit: int = MAX_IN_FLIGHT,
+        target: float = 1.0,
+        answer_within: float = 10.5,
+        backlog: Backlog | None = None,
     ) -> None:
         self.app = app
+        self.backlog = backlog
         self.limit = limit
         self.in_flight = 0
         self.answer_within = answer_within
@@ -71,7 +84,11 @@ class Admission:
         write = write_kind(scope)
         limit = self.writes[write[0]] if write else None
         if limit is not None and write is not None:
-            refused = limit.admit(write[1], started)
+            refused = None
+            if self.backlog is not None and _is_create(scope) and self.backlog.full():
+                refused = limit.refuse_busiest(write[1], f"{self.backlog.queued} instances wait for a context")
+            if refused is None:
+                refused = limit.admit(write[1], started)
             if refused is not None:
                 busy = Problem("backend_unavailable", refused.detail)
                 await problem_response(busy, scope["path"])(

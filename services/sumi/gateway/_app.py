@@ -68,6 +68,7 @@ def create_app(settings: Settings) -> Starlette:
             Middleware(
                 Admission,
                 target=settings.write_latency_target,
+                backlog=backend.backlog,
                 answer_within=settings.decision_timeout + ANSWER_MARGIN_S,
             ),
             Middleware(CatchAll),

@@ -25,6 +25,7 @@ from sumi.core.bodies import BodyReader
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
 from sumi.core.topics import MAX_RECORD_BYTES, Location, partition_for
+from sumi.gateway._backlog import Backlog
 from sumi.gateway._decisions import Decisions
 from sumi.gateway._lookups import Lookups
 
@@ -66,6 +67,7 @@ class Backend:
         self._bodies_opening = asyncio.Lock()
         self.lookups = Lookups()
         self.decisions = Decisions(settings, self._decided, self.lookups)
+        self.backlog = Backlog(settings.workflow_queued_max, self._queued)
 
     async def start(self, kafka_wait: float = 30.0) -> None:
         s = self.settings
@@ -81,9 +83,11 @@ class Backend:
         )
         await self._pool.open(wait=False)
         self.decisions.start()
+        self.backlog.start()
         self._producer = await _start_producer(s, kafka_wait)
 
     async def stop(self) -> None:
+        await self.backlog.stop()
         await self.decisions.stop()
         if self._bodies is not None:
             await kafka.stop(self._bodies.consumer)
@@ -113,6 +117,12 @@ class Backend:
             "WHERE command_id = ANY(%s)",
             (command_ids,),
         )
+
+    async def _queued(self) -> int:
+        row = await self.fetchone(
+            "SELECT coalesce(sum(n), 0)::bigint AS n FROM workflow_counts WHERE status = 'queued'"
+        )
+        return int(row["n"]) if row else 0
 
     async def bodies(self, at: list[Location]) -> dict[Location, bytes]:
         """The bodies of the messages accepted at these places of the queue log; one that is not

@@ -71,6 +71,14 @@ class WriteLimit:
         self.by_space[space] += 1
         return None
 
+    def refuse_busiest(self, space: str, why: str) -> Refusal | None:
+        """A refusal for `space` if it holds at least an even share of the writes in flight (a
+        bound other than the limit is reached: the Spaces sending most give way first)."""
+        held = self.by_space[space]
+        if held == 0 or held * len(self.by_space) < self.in_flight:
+            return None
+        return Refusal(self._retry_after(), f"{why}; retry later with the same Idempotency-Key")
+
     def done(self, space: str, took: float, now: float) -> None:
         """A write admitted for `space` was answered after `took` seconds."""
         self.in_flight -= 1

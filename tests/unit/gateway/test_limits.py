@@ -89,3 +89,15 @@ def test_the_limit_shrinks_to_what_the_answers_carry_once_per_answers_time() -> 
     for _ in range(3):
         now = answered(limit, "a", 40, 2.0, now)
     assert limit.limit < shrunk
+
+
+def test_past_another_bound_the_spaces_sending_most_give_way_first() -> None:
+    # WF-27: a backlog past its bound refuses the flood's creates, not the trickle's.
+    limit, now = WriteLimit(target=1.0), 0.0
+    for _ in range(10):
+        assert limit.admit("flood", now) is None
+    assert limit.admit("trickle", now) is None
+    assert limit.refuse_busiest("trickle", "busy") is None  # 1 of 11 in flight: under an even share
+    assert limit.refuse_busiest("new", "busy") is None  # nothing in flight: let one in
+    refusal = limit.refuse_busiest("flood", "busy")
+    assert refusal is not None and refusal.retry_after >= 1 and refusal.detail.startswith("busy")
