@@ -1,7 +1,8 @@
 """The engines' clock: epoch milliseconds, and the one loop that runs their due work.
 
 Due times live in the logs (durable timers); this loop only decides when to look at them
-again: at the next due time, at most every 0.5 s, or at once when woken by new input.
+again: at the next due time, or at once when woken by new input; a caller that is not
+woken for every change it must see also asks again every `max_idle_s`.
 """
 
 import asyncio
@@ -16,13 +17,20 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def drive(step: Callable[[], int | None], wake: asyncio.Event) -> NoReturn:
+async def drive(step: Callable[[], int | None], wake: asyncio.Event, max_idle_s: float | None = MAX_IDLE_S) -> NoReturn:
     """Run `step` (which does what is due and returns the next due time, or None) forever."""
     while True:
-        wake_at = step()
-        timeout = MAX_IDLE_S if wake_at is None else min(MAX_IDLE_S, max(0.001, (wake_at - now_ms()) / 1000))
+        timeout = idle_timeout(step(), now_ms(), max_idle_s)
         try:
             await asyncio.wait_for(wake.wait(), timeout)
         except TimeoutError:
             pass
         wake.clear()
+
+
+def idle_timeout(wake_at: int | None, now: int, max_idle_s: float | None) -> float | None:
+    """Seconds to wait for a wake before stepping again; None: until woken."""
+    due = None if wake_at is None else max(0.001, (wake_at - now) / 1000)
+    if max_idle_s is None:
+        return due
+    return max_idle_s if due is None else min(max_idle_s, due)

@@ -123,9 +123,17 @@ class KafkaBroker(Watched):
                 # and succeeds; off here, the noise goes, and what it guards against (a late write of an
                 # aborted transaction on a flaky network) needs a network this loopback broker lacks.
                 "transaction.partition.verification.enable=false",
+                *self._single_node(),
                 "",
             ]
         )
+
+    def _single_node(self) -> list[str]:
+        """The embedded default, alone: its controller writes a no-op record to the metadata log
+        whenever it was idle this long (500 ms by default), which the broker then fetches and
+        applies: a broker with no client spent 2.3 % of a core idle, 1.5 % at 5 s (issue 40).
+        Those records say the controller is alive to other nodes; here there are none."""
+        return ["metadata.max.idle.interval.ms=5000"] if self.replicas == 1 else []
 
     def start(self, timeout: float = 90.0) -> "KafkaBroker":
         self.launch()

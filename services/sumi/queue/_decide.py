@@ -208,6 +208,19 @@ def expire(state: EngineState, queue_uid: str, retention_s: int, now: int) -> Re
     return out
 
 
+def next_expiry(state: EngineState, queue_uid: str, retention_s: int) -> int | None:
+    """When the oldest message of the queue, pending or in flight, reaches its retention (None:
+    it holds none): the retention sweep's next due time, so an idle engine does not sweep."""
+    q = state.queues.get(queue_uid)
+    if q is None:
+        return None
+    oldest = min((m.accepted_at for m in q.messages.values()), default=None)
+    head = next(iter(q.cold.rows()), None)  # oldest first
+    if head is not None and (oldest is None or head[2] < oldest):
+        oldest = head[2]
+    return None if oldest is None else oldest + retention_s * 1000
+
+
 def purge(state: EngineState, queue_uid: str, now: int) -> Records:
     """Deleting a queue deletes its messages (they are its data)."""
     q = state.queues.get(queue_uid)

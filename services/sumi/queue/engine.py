@@ -84,7 +84,7 @@ class Engine:
         self.wake = asyncio.Event()
         self.partitions = Partitions(settings, "queue-engine", settings.topic("queue"), self, snapshots="queue")
         self.live = False
-        self._last_sweep = 0
+        self._next_sweep: int | None = 0  # when the retention sweep is due; None: no message to expire
         self.runtimes = Runtimes()  # one per kind
         self.contexts = ContextPool(on_stopped=self.wake.set)
         self.registry = CollectorRegistry()
@@ -146,9 +146,10 @@ class Engine:
         wake: list[int] = []
         self._purge_deleted(now)
         self.contexts.retire(self.servable)
-        if now - self._last_sweep >= SWEEP_MS:
-            self._last_sweep = now
-            self._sweep(now)
+        if self._next_sweep is not None and now >= self._next_sweep:
+            self._next_sweep = self._sweep(now)
+        if self._next_sweep is not None:
+            wake.append(self._next_sweep)
         for c in self.control.consumers():
             if not self.partitions.owns(c.queue):
                 continue  # another replica's
@@ -162,6 +163,9 @@ class Engine:
             if at is not None:
                 wake.append(at)
         for q in self.state.queues.values():
+            # Due messages nobody delivers (a dead-letter queue without a Consumer, a paused one)
+            # would otherwise stay due in the past, and the engine would wake at once for ever.
+            q.promote(now)
             due = q.next_due()
             if due is not None:
                 wake.append(due)
@@ -311,14 +315,28 @@ class Engine:
                         run.stop()
                 self.emit(d.purge(self.state, uid, now), uid)
 
-    def _sweep(self, now: int) -> None:
+    def _sweep(self, now: int) -> int | None:
+        """Discards what outlived its retention; returns when the next message will (a message
+        in flight past it is discarded once its batch ends: looked at again every SWEEP_MS)."""
+        due: list[int] = []
         for uid in list(self.state.queues):
             queue = self.control.queue(uid)
             if queue is not None and self.state.queues[uid].has_messages():
-                self.emit(d.expire(self.state, uid, int(queue.spec["retentionSeconds"]), now), uid)
+                retention = int(queue.spec["retentionSeconds"])
+                self.emit(d.expire(self.state, uid, retention, now), uid)
+                at = d.next_expiry(self.state, uid, retention)
+                if at is not None:
+                    due.append(max(at, now + SWEEP_MS))
+        return min(due) if due else None
+
+    def _sweep_soon(self) -> None:
+        """New messages, or a queue's retention changed: sweep within SWEEP_MS, which also
+        bounds how often a busy engine sweeps."""
+        soon = now_ms() + SWEEP_MS
+        self._next_sweep = soon if self._next_sweep is None else min(self._next_sweep, soon)
 
     async def schedule(self) -> None:
-        await clock.drive(self.step, self.wake)
+        await clock.drive(self.step, self.wake, max_idle_s=None)
 
     # ---- reading the logs --------------------------------------------------------------------
 
@@ -336,9 +354,12 @@ class Engine:
         if rebuilding or (m.value is not None and m.value[2:10] == _ACCEPTED_FP):
             at = (m.partition, m.offset)  # where a MessageAccepted's body can be read back
             kafka.fold_or_skip("queue-engine", m, lambda record: evolve(self.state, record, at))
+            if not rebuilding:
+                self._sweep_soon()
 
     def _fold_control(self, m: Any, rebuilding: bool = False) -> None:
         kafka.fold_or_skip("queue-engine", m, self.control.fold)
+        self._sweep_soon()
 
     # ---- the partitions this replica owns (sumi.engines.partitions) ---------------------------
 
@@ -352,6 +373,7 @@ class Engine:
 
     def reset(self) -> None:
         self.state = self._new_state()
+        self._next_sweep = 0
         self.windows.clear()
         self.observed_sent.clear()
 
@@ -381,6 +403,7 @@ class Engine:
     def adopted(self) -> None:
         log.info("queue engine took over: %d queues, %d open batches", len(self.state.queues), len(self.state.batches))
         self._recover()
+        self._next_sweep = 0
         self.live = True
         self.wake.set()
 

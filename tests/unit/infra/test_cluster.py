@@ -38,6 +38,13 @@ def test_a_single_broker_keeps_one_replica_of_everything(tmp_path: Path) -> None
     assert p["min.insync.replicas"] == p["transaction.state.log.min.isr"] == "1"
 
 
+def test_only_a_single_broker_writes_its_idle_no_op_records_seldom(tmp_path: Path) -> None:
+    # QC-43 (the cluster keeps Kafka's liveness records); issue 40: an idle Host is idle.
+    assert properties(KafkaBroker(tmp_path))["metadata.max.idle.interval.ms"] == "5000"
+    cluster = KafkaCluster(tmp_path, ports=[19001, 19002, 19003])
+    assert all("metadata.max.idle.interval.ms" not in properties(b) for b in cluster.brokers)
+
+
 def test_sumi_up_starts_a_cluster_when_asked_and_the_host_replicates_on_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # QC-43
