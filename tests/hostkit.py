@@ -102,7 +102,7 @@ async def stable_members(bootstrap: str, groups: Iterable[str], n: int, timeout:
         await admin.close()
 
 
-def serve_replica(host: Host, service: str, name: str) -> "subprocess.Popen[bytes]":
+def serve_replica(host: Host, service: str, name: str, **popen: Any) -> "subprocess.Popen[bytes]":
     """Another replica of a Host's service: `sumi serve SERVICE` with its own replica name."""
     env = {**os.environ, **host.settings.to_env(), "SUMI_REPLICA": name}
-    return subprocess.Popen([sys.executable, "-m", "sumi.cli", "serve", service], env=env)
+    return subprocess.Popen([sys.executable, "-m", "sumi.cli", "serve", service], env=env, **popen)

@@ -9,14 +9,17 @@ data directory. Every restart waits an exponential backoff (sumi.core.backoff),
 so a dependency that stays down costs a line now and then, not a restart loop.
 """
 
+import hashlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
 
 import httpx
@@ -71,6 +74,15 @@ class _Watch:
         self.started, self.due, self.failing_since, self.answered = now, None, None, False
 
 
+def supervised_name(settings: Settings) -> str:
+    """The replica name of `sumi up`'s services: this machine's and state directory's own, so
+    another Host sharing the Kafka and Postgres (a copy of these settings elsewhere) names its
+    replicas otherwise, and a restart of this one takes its partitions straight back. A name
+    taken all the same (SUMI_REPLICA copied from a running service) is refused (sumi._replica)."""
+    where = f"{socket.gethostname()}:{Path(settings.state_dir).resolve()}"
+    return "up-" + hashlib.sha256(where.encode()).hexdigest()[:10]
+
+
 class Supervisor:
     def __init__(
         self,
@@ -84,7 +96,7 @@ class Supervisor:
         self.settings = settings
         self.stderr = stderr  # where the services write their logs: ours unless given
         # One replica of each service, restarted under the same name (Settings.replica).
-        named = {"SUMI_REPLICA": settings.replica or "supervised"}
+        named = {"SUMI_REPLICA": settings.replica or supervised_name(settings)}
         self.env = {**os.environ, **settings.to_env(), **named, **(env or {}), ENV: "stdin"}
         self.services = services or available_services()
         self.restart = restart

@@ -85,15 +85,20 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
         uvicorn.run(create_app(config), host=config.http_host, port=config.http_port, log_level="warning")
         return 0
     from sumi._bootstrap import prepare
+    from sumi._replica import Clash, named
     from sumi.core.outbox import end_process_on_failure
 
     end_process_on_failure(15.0)  # a failed commit ends the process, its close bounded (the supervisor restarts it)
 
     async def run() -> None:
-        await prepare(config)
-        await importlib.import_module(SERVICE_ENTRIES[service]).serve(config)
+        async with named(config, service):  # before anything else: a refused copy touches nothing
+            await prepare(config)
+            await importlib.import_module(SERVICE_ENTRIES[service]).serve(config)
 
-    asyncio.run(run_until_stopped(run()))
+    try:
+        asyncio.run(run_until_stopped(run()))
+    except Clash as e:
+        raise CliError(str(e), USAGE) from None
     return 0
 
 
