@@ -58,14 +58,14 @@ def watch_stdin(on_parent_gone: Callable[[], None]) -> None:
     threading.Thread(target=watch, name="lifeline", daemon=True).start()
 
 
-def hold_if_asked() -> None:
+def hold_if_asked(asked: str | None) -> None:
     """In a `sumi serve` started by `sumi up`: kill this process group when `sumi up` is gone.
 
     The group is the service and the runtime processes it started (Node, Python
     workers), so none of them outlives the Host. Started any other way (a
     container platform), the service does nothing here.
     """
-    if os.environ.pop(ENV, None) != "stdin":
+    if asked != "stdin":
         return
 
     def kill_group() -> None:

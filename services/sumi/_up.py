@@ -13,6 +13,7 @@ The order of things is the point of this module:
 - stop in order: gateway, processors (the supervisor), then database and broker.
 """
 
+import dataclasses
 import fcntl
 import os
 import time
@@ -76,17 +77,18 @@ def say(line: str) -> None:
         pass
 
 
-def up(logs: bool = False) -> int:
+def up(first: Settings, logs: bool = False) -> int:
+    """`first`: the settings as the operator gave them (read once, by the CLI)."""
     signals = StopSignals().install()
     started = time.monotonic()
-    state = Path(Settings.from_env().state_dir).resolve()
+    state = Path(first.state_dir).resolve()
     try:
         lock = StateLock(state).acquire()
     except HostRunning as e:
         say(f"sumi: a Host is already running on {state} (pid {e.pid}); stop it first or set SUMI_STATE_DIR")
         return 1
     try:
-        return _up(state, signals, started, logs)
+        return _up(first, state, signals, started, logs)
     except Stopped:
         return 0
     finally:
@@ -108,11 +110,10 @@ def _ports(settings: Settings) -> dict[str, int] | str:
     return ports
 
 
-def _up(state: Path, signals: StopSignals, started: float, logs: bool = False) -> int:
+def _up(first: Settings, state: Path, signals: StopSignals, started: float, logs: bool = False) -> int:
     from sumi._bootstrap import admin_token, issue_admin_token, prepare
     from sumi.supervisor import Supervisor
 
-    first = Settings.from_env()  # refused settings were said before (`sumi.cli._host_cmds.settings`)
     brokers = first.kafka_brokers
     ports = _ports(first)
     if isinstance(ports, str):
@@ -124,7 +125,7 @@ def _up(state: Path, signals: StopSignals, started: float, logs: bool = False) -
     try:
         # Both launched before either is waited for: the JVM boots while PostgreSQL starts.
         if "SUMI_KAFKA_PORT" in ports:
-            kafka = _kafka(state, ports["SUMI_KAFKA_PORT"], brokers)
+            kafka = _kafka(state, ports["SUMI_KAFKA_PORT"], brokers, first.cache_dir)
             _launch(parts, kafka, f"Apache Kafka (KRaft, {'single node' if brokers == 1 else f'{brokers} brokers'})")
             env["SUMI_KAFKA_BOOTSTRAP"] = kafka.bootstrap
         if "SUMI_PG_PORT" in ports:
@@ -133,8 +134,12 @@ def _up(state: Path, signals: StopSignals, started: float, logs: bool = False) -
             env["SUMI_DATABASE_URL"] = pg.url
         for part in parts:
             part.wait_started()
-        os.environ.update(env)
-        settings = Settings.from_env()
+        # The parts it started, handed to its children through `env` and to itself here.
+        settings = dataclasses.replace(
+            first,
+            kafka_bootstrap=env.get("SUMI_KAFKA_BOOTSTRAP", first.kafka_bootstrap),
+            database_url=env.get("SUMI_DATABASE_URL", first.database_url),
+        )
         signals.run(prepare(settings))
         token, new = admin_token(
             settings, settings.admin_token or None, Path(settings.admin_token_file or state / "admin-token")
@@ -174,10 +179,10 @@ def _up(state: Path, signals: StopSignals, started: float, logs: bool = False) -
     return 0
 
 
-def _kafka(state: Path, port: int, brokers: int) -> KafkaBroker | KafkaCluster:
+def _kafka(state: Path, port: int, brokers: int, cache: str = "") -> KafkaBroker | KafkaCluster:
     if brokers == 1:
-        return KafkaBroker(state / "kafka", port=port)
-    return KafkaCluster(state / "kafka-cluster", ports=range(port, port + brokers), size=brokers)
+        return KafkaBroker(state / "kafka", port=port, cache=cache)
+    return KafkaCluster(state / "kafka-cluster", ports=range(port, port + brokers), size=brokers, cache=cache)
 
 
 def _print_logs(settings: Settings) -> "HostLogPrinter":

@@ -122,9 +122,10 @@ async def _replay_all(
 ) -> list[Finding]:
     if not histories:
         return []
+    from sumi.core.config import Settings
     from sumi.engines.runtimes import start_runtime
 
-    rt = await start_runtime(runtime)
+    rt = await start_runtime(runtime, Settings.from_env())  # the walls this machine's engines use
     try:
         out = []
         for wf, inst, history in histories:

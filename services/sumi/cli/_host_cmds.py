@@ -1,6 +1,7 @@
 """`sumi up`, `sumi serve NAME`, `sumi bootstrap`: the Host itself, on this machine."""
 
 import asyncio
+import os
 import signal
 from pathlib import Path
 from typing import Annotated
@@ -32,11 +33,11 @@ def register(app: typer.Typer) -> None:
 def up(
     logs: Annotated[bool, typer.Option("--logs", help="print every worker's log lines as they come")] = False,
 ) -> int:
-    settings()
+    first = settings()
     from sumi._up import up as run_up
 
     write_local_profile()
-    return run_up(logs)
+    return run_up(first, logs)
 
 
 def write_local_profile() -> None:
@@ -65,12 +66,14 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
         raise CliError(f"no service {service!r} (one of {', '.join(SERVICE_ENTRIES)})", USAGE)
     import importlib
 
+    from sumi._lifeline import ENV as LIFELINE_ENV
     from sumi._lifeline import hold_if_asked
     from sumi._signals import exit_quietly_on_stop, run_until_stopped
     from sumi.core.allocator import cap_arenas
 
     config = settings()
-    hold_if_asked()  # started by `sumi up`: die with it
+    # Started by `sumi up`: die with it. Popped, so nothing this service starts inherits it.
+    hold_if_asked(os.environ.pop(LIFELINE_ENV, None))
     cap_arenas()
     if service == "gateway":
         import uvicorn

@@ -230,6 +230,11 @@ class Settings:
         }
 
 
+def default_cache_dir() -> str:
+    """Where fetched artefacts live when SUMI_CACHE_DIR says nothing: the XDG cache."""
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sumi")
+
+
 def _port(env: "os._Environ[str]", name: str, default: int) -> int:
     text = env.get(name) or str(default)
     if not text.isdigit() or not 0 < int(text) < 65536:

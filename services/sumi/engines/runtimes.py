@@ -17,9 +17,11 @@ exiting (QC-42, WF-14). `close` does the same at shutdown and refuses later asks
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 
+from sumi.core.config import Settings
 from sumi.runtime import JsRuntime, PyRuntime
 from sumi.runtime.types import Runtime
 
@@ -27,14 +29,27 @@ log = logging.getLogger("sumi.runtime")
 IDLE_S = 300.0
 
 
-async def start_runtime(kind: str) -> Runtime:
-    rt: Runtime = JsRuntime() if kind == "javascript" else PyRuntime()
+async def start_runtime(kind: str, settings: Settings) -> Runtime:
+    rt: Runtime = (
+        JsRuntime(walls=settings.runtime_walls, memory_mb=settings.runtime_memory_mb)
+        if kind == "javascript"
+        else PyRuntime(walls=settings.runtime_walls, allow_unwalled=settings.allow_unwalled_python)
+    )
     await rt.start()
     return rt
 
 
 class Runtimes:
-    def __init__(self, start: Callable[[str], Awaitable[Runtime]] = start_runtime, idle_s: float = IDLE_S) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        start: Callable[[str], Awaitable[Runtime]] | None = None,
+        idle_s: float = IDLE_S,
+    ) -> None:
+        """`settings` for the runtimes this starts; `start` instead of them (tests)."""
+        if start is None:
+            assert settings is not None, "Runtimes needs the settings its runtimes start with"
+            start = functools.partial(start_runtime, settings=settings)
         self._start = start
         self.idle_s = idle_s
         self._runtimes: dict[tuple[str, str], asyncio.Future[Runtime]] = {}  # (kind, Space) -> its (starting) runtime

@@ -25,7 +25,9 @@ class KafkaCluster:
     `stop`), so `sumi up` handles either the same way; `kill(i)` and `restart(i)` act on one node.
     """
 
-    def __init__(self, data_dir: Path | None = None, ports: Sequence[int] | None = None, size: int = 3) -> None:
+    def __init__(
+        self, data_dir: Path | None = None, ports: Sequence[int] | None = None, size: int = 3, cache: str = ""
+    ) -> None:
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="sumi-kafka-cluster-"))
         self._scratch = None if data_dir is not None else self.data_dir
         ports = list(ports) if ports is not None else [free_port() for _ in range(size)]
@@ -33,7 +35,7 @@ class KafkaCluster:
             raise ValueError(f"a cluster of {size} brokers needs {size} ports, got {len(ports)}")
         replicas = min(size, 3)
         self.brokers = [
-            KafkaBroker(self.data_dir / f"node-{i}", port=port, node_id=i, replicas=replicas)
+            KafkaBroker(self.data_dir / f"node-{i}", port=port, node_id=i, replicas=replicas, cache=cache)
             for i, port in enumerate(ports, start=1)
         ]
         voters = ",".join(f"{b.node_id}@127.0.0.1:{b.controller_port}" for b in self.brokers)

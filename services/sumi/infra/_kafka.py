@@ -15,7 +15,6 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 from sumi._lifeline import STOP_GRACE, watchdog_argv
-from sumi.core.config import Settings
 from sumi.infra._cache import cache_dir
 from sumi.infra._ports import free_port, port_taken, wait_for_port
 from sumi.infra._probe import kafka_answers
@@ -76,7 +75,9 @@ class KafkaBroker(Watched):
         *,
         node_id: int = 1,
         replicas: int = 1,
+        cache: str = "",
     ) -> None:
+        self.cache = cache  # Settings.cache_dir: where the broker's jars are kept
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="sumi-kafka-"))
         self._scratch = None if data_dir is not None else self.data_dir
         self.port = port or free_port()
@@ -141,7 +142,7 @@ class KafkaBroker(Watched):
 
     def launch(self) -> None:
         """Format the data directory on first use and start the broker; `wait_started` waits for it."""
-        libs = ensure_jars(Settings.from_env().cache_dir)
+        libs = ensure_jars(self.cache)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props = self.data_dir / "server.properties"
         props.write_text(self._properties())

@@ -85,7 +85,7 @@ class Engine:
         self.partitions = Partitions(settings, "queue-engine", settings.topic("queue"), self, snapshots="queue")
         self.live = False
         self._next_sweep: int | None = 0  # when the retention sweep is due; None: no message to expire
-        self.runtimes = Runtimes()  # one per kind
+        self.runtimes = Runtimes(settings)  # one per kind
         self.contexts = ContextPool(on_stopped=self.wake.set)
         self.registry = CollectorRegistry()
         self.worklogs = WorkerLogs(settings, self.registry)

@@ -149,17 +149,14 @@ class JsRuntime:
         self,
         node: str | None = None,
         *,
-        walls: str | None = None,
-        memory_mb: int | None = None,
+        walls: str = "",
+        memory_mb: int = 4096,
         test_hooks: bool = False,
     ) -> None:
-        from sumi.core.config import Settings
-
-        settings = Settings.from_env()
+        # `walls` and `memory_mb` are the operator's settings (runtime_walls, runtime_memory_mb),
+        # handed down by whoever read them.
         self._node = os.path.realpath(node or shutil.which("node") or "node")
-        self.wall = _walls.choose(
-            settings.runtime_walls if walls is None else walls, memory_mb or settings.runtime_memory_mb
-        )
+        self.wall = _walls.choose(walls, memory_mb)
         # Test only: lets a test run code in the runtime process itself, as an
         # escape from the vm would, to show what the walls leave it.
         self._env = {"SUMI_JS_TEST_HOOKS": "1"} if test_hooks else {}

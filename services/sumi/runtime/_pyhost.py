@@ -214,14 +214,11 @@ class PyContext:
 class PyRuntime:
     """The ``python`` runtime."""
 
-    def __init__(
-        self, python: str | None = None, *, walls: str | None = None, allow_unwalled: bool | None = None
-    ) -> None:
-        from sumi.core.config import Settings
-
-        settings = Settings.from_env()
-        self.wall = _walls.choose(settings.runtime_walls if walls is None else walls, 0)
-        self._allow_unwalled = settings.allow_unwalled_python if allow_unwalled is None else allow_unwalled
+    def __init__(self, python: str | None = None, *, walls: str = "", allow_unwalled: bool = False) -> None:
+        # `walls` and `allow_unwalled` are the operator's settings (runtime_walls,
+        # allow_unwalled_python), handed down by whoever read them: the defaults are the strict ones.
+        self.wall = _walls.choose(walls, 0)
+        self._allow_unwalled = allow_unwalled
         self._python, self._python_ro = (python, []) if python else _walls.python_for_sandbox()
         self._staged: Path | None = None
         self._contexts: set[PyContext] = set()

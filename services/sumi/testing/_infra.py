@@ -1,10 +1,11 @@
 """The broker and the database a test session runs on, in the order of what is at hand:
-the SUMI_* variables (an external one), testcontainers where Docker answers, the local launchers."""
+the settings' own (SUMI_KAFKA_BOOTSTRAP, SUMI_DATABASE_URL: an external one), testcontainers
+where Docker answers, the local launchers."""
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from sumi.core.config import Settings
 from sumi.infra import KafkaBroker, PostgresServer
 
 
@@ -19,23 +20,23 @@ def docker_reachable() -> bool:
 
 
 @contextmanager
-def kafka_bootstrap() -> Iterator[str]:
-    if os.environ.get("SUMI_KAFKA_BOOTSTRAP"):
-        yield os.environ["SUMI_KAFKA_BOOTSTRAP"]
+def kafka_bootstrap(settings: Settings) -> Iterator[str]:
+    if not settings.launch_kafka:
+        yield settings.kafka_bootstrap
     elif docker_reachable():
         from testcontainers.kafka import KafkaContainer
 
         with KafkaContainer("apache/kafka:4.1.1").with_kraft() as kafka:
             yield kafka.get_bootstrap_server()
     else:
-        with KafkaBroker() as broker:
+        with KafkaBroker(cache=settings.cache_dir) as broker:
             yield broker.bootstrap
 
 
 @contextmanager
-def database_url() -> Iterator[str]:
-    if os.environ.get("SUMI_DATABASE_URL"):
-        yield os.environ["SUMI_DATABASE_URL"]
+def database_url(settings: Settings) -> Iterator[str]:
+    if not settings.launch_postgres:
+        yield settings.database_url
     elif docker_reachable():
         from testcontainers.postgres import PostgresContainer
 

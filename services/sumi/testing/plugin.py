@@ -4,20 +4,27 @@ from collections.abc import Iterator
 
 import pytest
 
+from sumi.core.config import Settings
 from sumi.testing._host import Host, new_settings, running_host
 from sumi.testing._infra import database_url, kafka_bootstrap
 from sumi.testing._space import Space, new_space
 
 
 @pytest.fixture(scope="session")
-def sumi_kafka_bootstrap() -> Iterator[str]:
-    with kafka_bootstrap() as bootstrap:
+def sumi_settings() -> Settings:
+    """The session's settings, read from the environment once: the plugin is an entry point."""
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def sumi_kafka_bootstrap(sumi_settings: Settings) -> Iterator[str]:
+    with kafka_bootstrap(sumi_settings) as bootstrap:
         yield bootstrap
 
 
 @pytest.fixture(scope="session")
-def sumi_database_url() -> Iterator[str]:
-    with database_url() as url:
+def sumi_database_url(sumi_settings: Settings) -> Iterator[str]:
+    with database_url(sumi_settings) as url:
         yield url
 
 

@@ -91,7 +91,7 @@ class Verifier:
         self.settings = settings
         self.control = ControlState()
         self.act_from: dict[TopicPartition, int] = {}
-        self.runtimes = Runtimes()
+        self.runtimes = Runtimes(settings)
         self.slots = FairSlots(settings.verify_slots, settings.verify_slots_per_space)
         self.progress = Progress()
         self.group = f"{settings.topic_prefix}-verifier"

@@ -132,7 +132,7 @@ class Engine:
         self.deletes = Deletes(self)
         self.counts = CountReports(self)
         self.outboxes: dict[int, Outbox] = {}  # one per owned partition, on its fenced producers
-        self.runtimes = Runtimes()  # one per kind
+        self.runtimes = Runtimes(self.settings)  # one per kind
         self._last_observe = 0
         self.closing = False
 

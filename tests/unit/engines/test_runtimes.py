@@ -51,7 +51,7 @@ class Starts:
 
 async def test_asks_at_the_same_time_share_one_start() -> None:  # QC-42, WF-14: one process per kind
     starts = Starts()
-    pool = Runtimes(starts)
+    pool = Runtimes(start=starts)
     got = await asyncio.gather(*(pool.get("javascript") for _ in range(5)), pool.get("python"))
     assert len(starts.started) == 2
     assert len({id(rt) for rt in got[:5]}) == 1 and got[5] is not got[0]
@@ -60,7 +60,7 @@ async def test_asks_at_the_same_time_share_one_start() -> None:  # QC-42, WF-14:
 
 async def test_a_failed_start_is_tried_again_at_the_next_ask() -> None:
     starts = Starts(failures=1)
-    pool = Runtimes(starts)
+    pool = Runtimes(start=starts)
     with pytest.raises(OSError):
         await pool.get("python")
     assert isinstance(await pool.get("python"), Counted)
@@ -68,7 +68,7 @@ async def test_a_failed_start_is_tried_again_at_the_next_ask() -> None:
 
 async def test_restart_closes_every_runtime_a_starting_one_included_and_the_next_ask_starts_anew() -> None:
     starts = Starts()
-    pool = Runtimes(starts)
+    pool = Runtimes(start=starts)
     first = await pool.get("javascript")
     asker = asyncio.ensure_future(pool.get("python"))  # still starting when the restart comes
     await asyncio.sleep(0)
@@ -79,7 +79,7 @@ async def test_restart_closes_every_runtime_a_starting_one_included_and_the_next
 
 
 async def test_an_asker_cancelled_does_not_cancel_the_start_the_others_await() -> None:
-    pool = Runtimes(Starts())
+    pool = Runtimes(start=Starts())
     one, two = asyncio.ensure_future(pool.get("python")), asyncio.ensure_future(pool.get("python"))
     await asyncio.sleep(0)
     one.cancel()
@@ -88,7 +88,7 @@ async def test_an_asker_cancelled_does_not_cancel_the_start_the_others_await() -
 
 async def test_after_close_nothing_starts() -> None:
     starts = Starts()
-    pool = Runtimes(starts)
+    pool = Runtimes(start=starts)
     rt = await pool.get("python")
     await pool.close()
     assert rt.closed  # type: ignore[attr-defined]
@@ -104,14 +104,14 @@ async def test_the_queue_engine_starts_one_runtime_when_two_batches_start_at_onc
 
     engine = QueueEngine(Settings("127.0.0.1:1", "postgresql://unused"), NoWorkflows())  # nothing connects here
     starts = Starts()
-    engine.runtimes = Runtimes(starts)
+    engine.runtimes = Runtimes(start=starts)
     a, b = await asyncio.gather(engine.runtime("javascript"), engine.runtime("javascript"))
     assert a is b and len(starts.started) == 1
 
 
 async def test_each_space_has_runtimes_of_its_own() -> None:
     starts = Starts()
-    pool = Runtimes(starts)
+    pool = Runtimes(start=starts)
     a, b, a_again = await asyncio.gather(
         pool.get("javascript", "space-a"), pool.get("javascript", "space-b"), pool.get("javascript", "space-a")
     )
@@ -119,7 +119,7 @@ async def test_each_space_has_runtimes_of_its_own() -> None:
 
 
 async def test_an_idle_runtime_is_closed_and_a_busy_one_kept() -> None:
-    pool = Runtimes(Starts(), idle_s=0.05)
+    pool = Runtimes(start=Starts(), idle_s=0.05)
     idle, busy = await pool.get("javascript", "quiet"), await pool.get("javascript", "busy")
     busy.busy = True  # type: ignore[attr-defined]
     await asyncio.sleep(0.1)
@@ -131,7 +131,7 @@ async def test_an_idle_runtime_is_closed_and_a_busy_one_kept() -> None:
 
 
 async def test_two_spaces_never_share_a_javascript_process() -> None:
-    pool = Runtimes()  # the real runtimes
+    pool = Runtimes(Settings("", ""))  # the real runtimes, on the default settings
     try:
         a, b = await pool.get("javascript", "space-a"), await pool.get("javascript", "space-b")
         ctx_a = await a.start_context([Module("worker.js", "export default {};")], "worker.js")

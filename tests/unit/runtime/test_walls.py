@@ -208,14 +208,17 @@ async def test_python_workers_are_refused_without_walls_unless_allowed(listener,
         assert seen["uid"] == 65534
 
 
-def test_the_setting_turns_unwalled_python_on(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_setting_turns_unwalled_python_on(monkeypatch: pytest.MonkeyPatch) -> None:
     from sumi.core.config import Settings
+    from sumi.engines.runtimes import start_runtime
 
     monkeypatch.setenv("SUMI_ALLOW_UNWALLED_PYTHON", "1")
-    assert Settings.from_env().allow_unwalled_python
-    assert PyRuntime(walls="none")._allow_unwalled
+    monkeypatch.setenv("SUMI_RUNTIME_WALLS", "none")
+    rt = await start_runtime("python", Settings.from_env())  # read once, handed to the runtime
+    assert rt._allow_unwalled  # type: ignore[attr-defined]
     monkeypatch.delenv("SUMI_ALLOW_UNWALLED_PYTHON")
     assert not Settings.from_env().allow_unwalled_python
+    assert not PyRuntime(walls="none")._allow_unwalled  # what no setting says is refused
 
 
 @needs_bwrap
