@@ -122,12 +122,19 @@ class Sent:
         self.unanswered = 0
         self.ids: list[str] = []  # 201
         self.refused_ids: list[tuple[str, str]] = []  # (instance ID, key)
+        self.first_due = self.last_201 = 0.0  # perf_counter
+
+    def achieved(self) -> float:
+        """201s a second from the first create's due time to the last 201: what the Host carried."""
+        span = self.last_201 - self.first_due
+        return round(len(self.accepted) / span, 1) if span > 0 else 0.0
 
     def summary(self, window: float) -> dict[str, Any]:
         ra = [float(v) for v in self.retry_after if v.replace(".", "", 1).isdigit()]
         return {
             "accepted": len(self.accepted),
-            "accepted_per_s": round(len(self.accepted) / window, 1),
+            "accepted_per_s_offered_window": round(len(self.accepted) / window, 1),
+            "achieved_201_per_s": self.achieved(),
             "refused": len(self.refused),
             "refused_without_retry_after": len(self.refused) - len(self.retry_after),
             "other_status": dict(self.other),
@@ -148,6 +155,7 @@ async def offer(
     returns when the last is sent, with the tasks that wait for their answers."""
     n = int(rate * window)
     t0 = time.perf_counter() + 0.05
+    sent.first_due = t0
     tasks: list[asyncio.Task[None]] = []
 
     async def one(i: int, due: float) -> None:
@@ -162,6 +170,7 @@ async def offer(
         ms = (time.perf_counter() - due) * 1000
         if status == 201:
             sent.accepted.append(ms)
+            sent.last_201 = max(sent.last_201, time.perf_counter())
             sent.ids.append(iid)
         elif status in (429, 503):
             sent.refused.append(ms)
@@ -318,7 +327,7 @@ async def bench(host: Host) -> None:
     base = results.get(1.0)
     if base is None:
         return
-    at1 = base["flood"]["accepted_per_s"]
+    at1 = base["flood"]["achieved_201_per_s"]
     targets = {
         "every request answered within 11 s": all(
             v["flood"]["answered_max_ms"] <= 11_000 and v["flood"]["no_answer"] == 0 for v in results.values()
@@ -328,7 +337,7 @@ async def bench(host: Host) -> None:
         ),
         "every refusal has Retry-After": all(v["flood"]["refused_without_retry_after"] == 0 for v in results.values()),
         "accepted/s at 2x and 4x >= 90% of 1x": all(
-            results[m]["flood"]["accepted_per_s"] >= 0.9 * at1 for m in (2.0, 4.0) if m in results
+            results[m]["flood"]["achieved_201_per_s"] >= 0.9 * at1 for m in (2.0, 4.0) if m in results
         ),
         "accepted instances complete, none twice": unfinished == 0 and twice == 0,
         "reads p99 <= 1 s": all(
