@@ -7,8 +7,8 @@ from sumi.control.state import ControlState, evolve
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.core.kafka import Out
-from sumi.core.runner import TransactionalRunner
 from sumi.core.topics import ADMIN_KEY
+from sumi.engines.shell import TransactionalRunner
 
 
 class ControlLogic:

@@ -4,9 +4,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from sumi.core import codec, kafka, runner
+from sumi.core import codec, kafka
 from sumi.core import records as r
 from sumi.core.config import Settings
+from sumi.engines import shell
 
 GOOD = codec.encode(r.SpaceCreated("demo", 1))
 UNKNOWN_FP = codec.MAGIC + b"\x01\x02\x03\x04\x05\x06\x07\x08" + GOOD[10:]
@@ -93,10 +94,10 @@ class _Logic:
         return [kafka.Out("t1.control", "demo", record)]
 
 
-def _runner() -> tuple[runner.TransactionalRunner, _Logic]:
+def _runner() -> tuple[shell.TransactionalRunner, _Logic]:
     logic = _Logic()
     settings = Settings("127.0.0.1:1", "postgresql://unused", topic_prefix="t1")
-    return runner.TransactionalRunner(settings, "control", "t1.commands", "t1.control", logic), logic
+    return shell.TransactionalRunner(settings, "control", "t1.commands", "t1.control", logic), logic
 
 
 def test_the_transactional_loop_decides_or_quarantines_each_input() -> None:
