@@ -2,7 +2,8 @@
 not even indirectly.
 
 The queue engine and the workflow engine share pieces (the outbox in sumi.core, the
-`queue.send` check and the runtime pool in sumi.engines); the one module that needs
+`queue.send` check beside the control fold it reads in sumi.control, the runtime pool and
+the engine shell in sumi.engines); the one module that needs
 both, the queue service with the workflow client, sits above them (sumi._queue_service).
 This reads the import statements of every module of the package (those inside
 functions and under TYPE_CHECKING included) and follows them transitively, so an

@@ -1,4 +1,4 @@
-"""Kafka plumbing of the control processor: the pure decisions inside the generic runner."""
+"""The control processor: its pure decisions inside the engine shell (`sumi.engines.shell`)."""
 
 from collections.abc import Iterable
 
@@ -7,8 +7,8 @@ from sumi.control.state import ControlState, evolve
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.core.kafka import Out
-from sumi.core.runner import TransactionalRunner
 from sumi.core.topics import ADMIN_KEY
+from sumi.engines.shell import Shell
 
 
 class ControlLogic:
@@ -22,7 +22,7 @@ class ControlLogic:
     def fold(self, record: r.Record) -> None:
         evolve(self.state, record)
 
-    def handle(self, record: r.Record, now: int) -> Iterable[Out]:
+    def decide(self, record: r.Record, now: int) -> Iterable[Out]:
         if not isinstance(record, r.CommandSubmitted):
             return []
         decision = decide(self.state, record, now)
@@ -35,14 +35,12 @@ class ControlLogic:
         return outs
 
 
-def control_runner(settings: Settings) -> TransactionalRunner:
-    logic = ControlLogic(settings)
+def control_shell(settings: Settings) -> Shell:
     # A command is decided against other partitions' state (a token's grant names a Space):
     # one replica holds every partition, the others stand by (sumi.core.assignors).
-    return TransactionalRunner(
-        settings, "control", settings.topic("commands"), settings.topic("control"), logic, one_owner=True
-    )
+    commands, control = settings.topic("commands"), settings.topic("control")
+    return Shell(settings, "control", commands, ControlLogic(settings), changelog_topic=control, one_owner=True)
 
 
 async def serve(settings: Settings) -> None:
-    await control_runner(settings).run()
+    await control_shell(settings).run()

@@ -12,11 +12,11 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
+from sumi.control.sends import sent
 from sumi.core import ids, logs
 from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.config import Settings
-from sumi.engines.sends import sent
 from sumi.engines.worklogs import LogTags, WorkerLogs
 from sumi.queue import _decide as d
 from sumi.queue._contexts import ContextPool, Key

@@ -14,11 +14,11 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
+from sumi.control.sends import sent
 from sumi.control.state import VersionView
 from sumi.core import ids, logs
 from sumi.core import records as r
 from sumi.core.config import Settings
-from sumi.engines.sends import sent
 from sumi.engines.worklogs import LogTags, WorkerLogs
 from sumi.runtime import EnvSpec, HostError, Limits, Module
 from sumi.runtime.allocation import pick_version

@@ -4,9 +4,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from sumi.core import codec, kafka, runner
+from sumi.core import codec, kafka
 from sumi.core import records as r
 from sumi.core.config import Settings
+from sumi.engines.shell import Shell
 
 GOOD = codec.encode(r.SpaceCreated("demo", 1))
 UNKNOWN_FP = codec.MAGIC + b"\x01\x02\x03\x04\x05\x06\x07\x08" + GOOD[10:]
@@ -87,27 +88,27 @@ class _Logic:
             raise KeyError("boom")
         self.folded.append(record)
 
-    def handle(self, record: object, now: int) -> list[kafka.Out]:
+    def decide(self, record: object, now: int) -> list[kafka.Out]:
         if record == r.SpaceCreated("boom", 1):
             raise KeyError("boom")
         return [kafka.Out("t1.control", "demo", record)]
 
 
-def _runner() -> tuple[runner.TransactionalRunner, _Logic]:
+def _shell() -> tuple[Shell, _Logic]:
     logic = _Logic()
     settings = Settings("127.0.0.1:1", "postgresql://unused", topic_prefix="t1")
-    return runner.TransactionalRunner(settings, "control", "t1.commands", "t1.control", logic), logic
+    return Shell(settings, "control", "t1.commands", logic, changelog_topic="t1.control"), logic
 
 
 def test_the_transactional_loop_decides_or_quarantines_each_input() -> None:
     # issue 7: a bad input is quarantined in the batch's transaction; the next one is decided
-    loop, _ = _runner()
+    loop, _ = _shell()
     bad = FakeMessage("t1.commands", 0, 5, None, b"junk")
     boom = FakeMessage("t1.commands", 0, 6, b"x", codec.encode(r.SpaceCreated("boom", 1)))
     good = FakeMessage("t1.commands", 0, 7, b"demo", GOOD)
-    [q1] = loop.decide(bad, now=1)
-    [q2] = loop.decide(boom, now=1)
-    [out] = loop.decide(good, now=1)
+    [q1] = loop.take(bad, now=1)
+    [q2] = loop.take(boom, now=1)
+    [out] = loop.take(good, now=1)
     assert (q1.topic, q1.record.reason, q1.record.offset) == ("t1.quarantine", "not_avro", 5)
     assert (q2.topic, q2.record.reason, q2.record.offset) == ("t1.quarantine", "apply_failed", 6)
     assert "KeyError" in q2.record.detail
@@ -116,7 +117,7 @@ def test_the_transactional_loop_decides_or_quarantines_each_input() -> None:
 
 def test_the_changelog_fold_skips_what_it_cannot_take() -> None:
     # issue 7: a bad changelog record never stops the rebuild (no crash loop)
-    loop, logic = _runner()
+    loop, logic = _shell()
     for offset, value in enumerate([b"", GOOD[:12], codec.encode(r.SpaceCreated("boom", 1)), GOOD]):
         loop.fold(FakeMessage("t1.control", 0, offset, None, value))
     assert logic.folded == [r.SpaceCreated("demo", 1)]

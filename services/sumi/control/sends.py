@@ -1,7 +1,8 @@
 """The messages a `queue.send` host call appends (QC-25), from a queue handler or a workflow run.
 
 The check is the same from both engines: the binding must name a live queue of the
-calling Version (its own Space); a body is at most `MAX_BODY` bytes. The caller
+calling Version (its own Space); a body is at most `MAX_BODY` bytes. It lives beside the
+control fold it reads, not in `sumi.engines`: the engine shell there sits below control. The caller
 appends the records through its own outbox and resolves the call once they committed.
 """
 

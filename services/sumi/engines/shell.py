@@ -1,0 +1,255 @@
+"""The engine shell: one consume -> decide -> produce loop in Kafka transactions, for any processor.
+
+A processor (`Processor`) supplies its fold and its decisions; the shell owns the rest. It
+holds the partitions of the input topic that the consumer group gives it; any number of
+replicas share them. Each partition has a transactional producer of its own
+(`sumi.core.fencing`), started before the partition's committed offset is read, so a replica
+that lost a partition can commit nothing for it after. The processor's state for a partition
+is folded before any input of that partition is decided: from the same partition of its
+changelog topic, read to the end (read_committed), or, for a processor whose input is its own
+changelog (the verifier reads the control log), from the input's beginning, deciding only
+what comes from the committed offset on. Every assignment folds afresh, so the state of a
+partition revoked meanwhile is dropped.
+
+Each polled batch is decided and produced in one transaction per partition together with its
+input offset (send_offsets_to_transaction), so outputs, state and progress commit together or
+not at all. A decision may instead be an effect (the verifier loading a module) that runs
+beside the loop, in the shell's one TaskGroup, and commits its outputs when it ends; until
+then the partition's group offset stays at it, so a restart decides it again.
+
+An input record that does not decode, or whose handling raises, is quarantined in that same
+transaction and the processor goes on with the next one. A bad record in the changelog is
+skipped by the fold (the projection of that topic quarantined it when it met it). Any other
+error (Kafka, a failed transaction) ends the process: state is only ever rebuilt from the
+log, never patched up.
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
+from sumi.core import assignors, kafka
+from sumi.core.config import Settings
+from sumi.core.fencing import Folds, PartitionProducers
+from sumi.core.kafka import Out
+
+log = logging.getLogger(__name__)
+
+Decided = Iterable[Out] | Awaitable[Iterable[Out]]
+
+
+class Processor(Protocol):
+    def reset(self) -> None:
+        """Forget all state: a new assignment is folded afresh."""
+
+    def fold(self, record: Any) -> None:
+        """Apply one changelog record to the state."""
+
+    def decide(self, record: Any, now: int) -> Decided:
+        """Decide one input record: its outputs, or an effect whose outputs commit when it ends.
+        Fold what it emits to the changelog itself.
+
+        If it raises, it must have left the state as it was (decide first, then fold)."""
+
+
+@dataclass
+class Progress:
+    """Per partition: the offset after the last record read, and the effects still running.
+    The group offset to commit is the oldest running effect's, else the next unread."""
+
+    read: dict[TopicPartition, int] = field(default_factory=dict)
+    running: dict[TopicPartition, set[int]] = field(default_factory=dict)
+
+    def at(self, tp: TopicPartition) -> int | None:
+        end = self.read.get(tp)
+        return None if end is None else min(self.running.get(tp) or {end})
+
+
+class Shell:
+    def __init__(
+        self,
+        settings: Settings,
+        name: str,
+        input_topic: str,
+        processor: Processor,
+        changelog_topic: str | None = None,
+        one_owner: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.name = name
+        self.input_topic = input_topic
+        # None: the input is its own changelog, folded from its beginning at each assignment.
+        self.changelog_topic = changelog_topic
+        self.processor = processor
+        self.group = f"{settings.topic_prefix}-{name}"
+        self.producers = PartitionProducers(settings, name, linger_ms=0)
+        self.one_owner = one_owner  # decisions span partitions: one replica holds all, the rest stand by
+        self.quarantine = kafka.Quarantine(settings, name)
+        self.ready = asyncio.Event()
+        self.failed: BaseException | None = None
+        self.folds = Folds()
+        self.progress = Progress()
+        self.start: dict[TopicPartition, int] = {}  # the committed offsets the last assignment found
+        self.pending: list[TopicPartition] | None = None  # assigned, fenced, not folded yet
+
+    async def run(self) -> None:
+        kafka.shorten_txn_retry()  # a command's decision waits on this processor's commit
+        consumer = kafka.group_member(self.settings, self.name, **self._assignor())
+        try:  # started inside: a stop signal while they start still stops them (unstopped clients log errors)
+            await consumer.start()
+            consumer.subscribe([self.input_topic], listener=_Assigned(self, consumer))
+            async with asyncio.TaskGroup() as effects:  # an effect's failed commit ends the loop too
+                epoch = self.folds.epoch
+                async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
+                    if self.failed is not None:
+                        raise RuntimeError("rebuilding state failed") from self.failed
+                    if self.pending is not None:  # an assignment to fold, outside its callback
+                        await self._take_over(consumer, self.pending)
+                    # aiokafka may hand out records fetched before or while the listener folded;
+                    # deciding them would use the wrong state. Read on from where the fold left.
+                    if batch and self.folds.stale(epoch):
+                        await self._rewind(consumer, list(batch))
+                    elif batch:
+                        await self._process(batch, effects)
+                    epoch = self.folds.epoch  # for the next poll
+        finally:
+            await consumer.stop()
+            await self.producers.close()
+
+    def _assignor(self) -> dict[str, Any]:
+        if not self.one_owner:
+            return {}
+        return {"partition_assignment_strategy": (assignors.one_owner(lambda: bool(self.producers.producers)),)}
+
+    def take(self, message: Any, now: int) -> list[Out] | Awaitable[Iterable[Out]]:
+        """One input record's outputs, its effect, or its quarantine: never an exception."""
+        record = kafka.decode(message.value)
+        if isinstance(record, kafka.Rejected):
+            return [self.quarantine.out(message, record, now)]
+        try:
+            if self.changelog_topic is None:
+                self.processor.fold(record)
+            decided = self.processor.decide(record, now)
+            return decided if isinstance(decided, Awaitable) else list(decided)
+        except Exception as exc:
+            log.exception("%s could not handle %s[%d]@%d", self.name, message.topic, message.partition, message.offset)
+            return [self.quarantine.out(message, kafka.failed(exc), now)]
+
+    async def _process(self, batch: dict[TopicPartition, list[Any]], effects: asyncio.TaskGroup) -> None:
+        """Each partition's records decided in order, committed on its own producer (beside
+        the others'): a partition this replica lost meanwhile commits nothing."""
+        now, epoch, progress = int(time.time() * 1000), self.folds.epoch, self.progress
+        commits = []
+        for tp, messages in batch.items():
+            outs: list[Out] = []
+            for message in messages:
+                progress.read[tp] = message.offset + 1
+                if self.changelog_topic is None and message.offset < self.start.get(tp, 0):
+                    self.fold(message)  # decided before: only folded
+                    continue
+                got = self.take(message, now)
+                if isinstance(got, list):
+                    outs += got
+                else:
+                    progress.running.setdefault(tp, set()).add(message.offset)
+                    effects.create_task(self._effect(tp, message, got, progress, epoch))
+            offsets = self._offsets(tp)
+            if outs or offsets:
+                commits.append(self.producers.commit(tp, outs, offsets, self.group, self.folds.valid(epoch)))
+        await asyncio.gather(*commits)
+
+    async def _effect(
+        self, tp: TopicPartition, message: Any, effect: Awaitable[Iterable[Out]], progress: Progress, epoch: int
+    ) -> None:
+        """An effect's outputs, or its quarantine, committed as soon as it ends, in whatever order
+        effects end. One of an older fold, or of a partition lost meanwhile, commits nothing: the
+        partition's owner decides the record again from the committed offset."""
+        try:
+            outs = list(await effect)
+        except Exception as exc:
+            log.exception("%s skips %s[%d]@%d", self.name, message.topic, message.partition, message.offset)
+            outs = [self.quarantine.out(message, kafka.failed(exc))]
+        progress.running.get(tp, set()).discard(message.offset)
+        await self.producers.commit(tp, outs, self._offsets(tp), self.group, self.folds.valid(epoch))
+
+    def _offsets(self, tp: TopicPartition) -> dict[TopicPartition, int]:
+        # never behind the committed offset: a partition folded again from its start is below it
+        at = self.progress.at(tp)
+        return {tp: at} if at is not None and at >= self.start.get(tp, 0) else {}
+
+    async def _take_over(self, consumer: AIOKafkaConsumer, assigned: list[TopicPartition]) -> None:
+        """Fold the changelog of partitions just assigned (fenced and paused by the listener),
+        then read their input from where the fold left. Here, not in the listener: aiokafka sends
+        no heartbeat while a listener runs, so a fold longer than the session lost the group."""
+        self.pending = None
+        try:
+            async with self.folds.refold(self.producers):
+                await self.rebuild(tp.partition for tp in assigned)
+        except BaseException as exc:
+            self.failed = exc  # deciding on a partial fold must not happen
+            raise
+        held = [tp for tp in assigned if tp in consumer.assignment()]
+        await self._rewind(consumer, held)
+        consumer.resume(*held)
+        self.ready.set()
+
+    async def _rewind(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> None:
+        """Read on from where the last assignment's fold left these partitions."""
+        held = [tp for tp in tps if tp in consumer.assignment() and tp in self.start]
+        if self.changelog_topic is None:
+            if held:
+                await consumer.seek_to_beginning(*held)
+            return
+        for tp in held:
+            consumer.seek(tp, self.start[tp])
+
+    def fold(self, message: Any, before_end: bool = True) -> None:
+        kafka.fold_or_skip(self.name, message, self.processor.fold)
+
+    async def rebuild(self, partitions: Iterable[int]) -> None:
+        """Fold the changelog partitions to their ends before deciding anything new."""
+        if self.changelog_topic is None:
+            return  # folded from the input itself, as the loop reads it
+        tps = [TopicPartition(self.changelog_topic, p) for p in partitions]
+        if not tps:
+            return
+        reader = kafka.new_consumer(self.settings)
+        try:
+            await reader.start()
+            ends = await kafka.read_to_end(reader, tps, self.fold)
+            log.info("%s rebuilt %d partitions up to %s", self.name, len(tps), ends)
+        finally:
+            await reader.stop()
+
+
+class _Assigned(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, shell: Shell, consumer: AIOKafkaConsumer) -> None:
+        self.shell = shell
+        self.consumer = consumer
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        pass
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        # A fresh fold for every assignment: state of partitions lost meanwhile must not linger.
+        shell = self.shell
+        try:
+            async with shell.folds.refold(shell.producers):
+                shell.processor.reset()
+                shell.progress = Progress()
+                # Fenced first: the changelog and the offsets read after it hold the old owner's last commit.
+                shell.start = await shell.producers.fenced(self.consumer, assigned)
+        except BaseException as exc:
+            # aiokafka only logs a listener's failure; deciding on a partial fold must not happen.
+            shell.failed = exc
+            raise
+        tps = list(assigned)
+        if tps:  # nothing is decided until the run loop has folded their changelog
+            self.consumer.pause(*tps)
+            shell.folds.assigning = True
+        shell.pending = tps

@@ -1,0 +1,231 @@
+"""The engine shell (`sumi.engines.shell`) on the real broker, once for every processor that
+stands on it: an assignment folds the partition's log before deciding, a reassignment drops the
+state of the partitions a replica lost, and a replica taking a partition over fences the one
+before (its commit fails)."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import ProducerFenced
+
+from sumi.control._processor import ControlLogic, control_shell
+from sumi.control.forms.names import MODULE_WORKER, WORKER_VERSION
+from sumi.control.state import ControlState
+from sumi.core import codec, kafka
+from sumi.core import records as r
+from sumi.core.commands import SpaceCreate, submitted
+from sumi.core.config import Settings
+from sumi.core.topics import ensure_topics, partition_for
+from sumi.engines.shell import Shell
+from sumi.testing import new_settings
+from sumi.verifier import Verifier
+from sumi.verifier._service import verifier_shell
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_700_000_000_000
+
+
+@dataclass(frozen=True)
+class Case:
+    """A processor on the shell: its log's history for a Space, an input whose decision needs
+    that history, and whether the decision found in the outputs used it."""
+
+    make: Callable[[Settings], tuple[Shell, Callable[[], ControlState]]]
+    seed: Callable[[str], list[r.Record]]
+    ask: Callable[[str], r.Record]
+    asked: str  # the topic the input goes to
+    answers: str  # the topic its decision goes to
+    folded: Callable[[Any, str], bool | None]  # None: not this Space's answer
+
+
+def _control(settings: Settings) -> tuple[Shell, Callable[[], ControlState]]:
+    shell = control_shell(settings)
+    logic = shell.processor
+    assert isinstance(logic, ControlLogic)
+    return shell, lambda: logic.state
+
+
+def _create_again(space: str) -> r.Record:
+    return submitted(SpaceCreate(name=space), command_id=f"c-{space}", space=space, principal="t", admin=True, now=NOW)
+
+
+def _refused(rec: Any, space: str) -> bool | None:
+    if not (isinstance(rec, r.CommandDecided) and rec.commandId == f"c-{space}"):
+        return None
+    return rec.status == 409  # the Space in the log exists: created again only by a state without it
+
+
+def _verifier(settings: Settings) -> tuple[Shell, Callable[[], ControlState]]:
+    verifier = Verifier(settings)
+    return verifier_shell(settings, verifier), lambda: verifier.control
+
+
+def _worker(space: str) -> list[r.Record]:
+    spec = json.dumps({"runtime": "javascript", "handlers": []})
+    return [r.SpaceCreated(space, NOW), r.ResourceCreated(f"w-{space}", space, "w", MODULE_WORKER, spec, 1, "ow", NOW)]
+
+
+def _version(space: str) -> r.Record:
+    spec = {
+        "worker": {"resourceUid": f"w-{space}"},
+        "mainModule": "w.js",
+        "modules": [{"name": "w.js", "content": "export default {"}],
+    }
+    return r.ResourceCreated(f"v-{space}", space, "v", WORKER_VERSION, json.dumps(spec), 1, f"op-{space}", NOW)
+
+
+def _loaded(rec: Any, space: str) -> bool | None:
+    if not (isinstance(rec, r.CommandSubmitted) and f'"op-{space}"' in rec.payload):
+        return None
+    return '"invalid_spec"' in rec.payload  # loaded, so its worker was known (else dependency_conflict)
+
+
+CASES = {
+    "control": Case(_control, lambda s: [r.SpaceCreated(s, NOW)], _create_again, "commands", "control", _refused),
+    "verifier": Case(_verifier, _worker, _version, "control", "commands", _loaded),
+}
+
+
+@pytest.fixture
+async def settings(kafka_bootstrap: str, database_url: str) -> AsyncIterator[Settings]:
+    settings = new_settings(kafka_bootstrap, database_url, partitions=2)
+    await ensure_topics(settings)
+    yield settings
+
+
+def _spaces(settings: Settings) -> tuple[str, str]:
+    """Two Spaces on different partitions."""
+    names = [f"s{i}" for i in range(20)]
+    first = names[0]
+    other = next(n for n in names if partition_for(n, 2) != partition_for(first, 2))
+    return first, other
+
+
+async def _write(settings: Settings, topic: str, records: list[tuple[str, r.Record]]) -> None:
+    producer = kafka.new_producer(settings)
+    await producer.start()
+    try:
+        for key, rec in records:
+            await kafka.send(producer, settings.topic(topic), key, rec, settings.partitions)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def _read(settings: Settings, topic: str) -> list[Any]:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(settings.topic(topic), p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        got: list[Any] = []
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            for ms in (await consumer.getmany(timeout_ms=500)).values():
+                got += [codec.decode(m.value) for m in ms if m.value]
+        return got
+    finally:
+        await consumer.stop()
+
+
+async def _answers(settings: Settings, case: Case, space: str, timeout: float = 60) -> list[bool]:
+    """The decisions of the input for `space`, once there is one."""
+    for _ in range(int(timeout * 2)):
+        found = [f for rec in await _read(settings, case.answers) if (f := case.folded(rec, space)) is not None]
+        if found:
+            return found
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"no decision for {space}")
+
+
+async def _until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
+    for _ in range(int(timeout * 10)):
+        if check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"not reached: {what}")
+
+
+async def _stop(task: asyncio.Task[None], shell: Shell) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    if isinstance(shell.processor, Verifier):
+        await shell.processor.close()  # its runtimes: what `serve` closes
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+async def test_a_takeover_folds_the_log_before_deciding_and_fences_the_replica_before(
+    settings: Settings, name: str
+) -> None:
+    # WF-46, QC-42: a replica that lost a partition commits nothing for it after; the new owner
+    # decides against the fold of the partition's log, and what the old one decided is not redone.
+    case = CASES[name]
+    a, b = _spaces(settings)
+    await _write(settings, "control", [(s, rec) for s in (a, b) for rec in case.seed(s)])
+    first, _ = case.make(settings)
+    running = asyncio.create_task(first.run())
+    await _write(settings, case.asked, [(a, case.ask(a))])
+    assert await _answers(settings, case, a) == [True]
+
+    # Cut off as a replica the group gave up on: it still holds its producers.
+    orphans, first.producers.producers = first.producers.producers, {}
+    await _stop(running, first)
+    second, _ = case.make(settings)
+    running = asyncio.create_task(second.run())
+    try:
+        await _write(settings, case.asked, [(b, case.ask(b))])
+        assert await _answers(settings, case, b) == [True]
+        assert await _answers(settings, case, a) == [True]  # committed once, not decided again
+        out = kafka.Out(settings.topic("quarantine"), a, r.SpaceCreated("late", NOW))
+        for partition, producers in orphans.items():
+            with pytest.raises(ProducerFenced):
+                await kafka.commit(producers[0], [out], settings.partitions)
+            assert partition in second.producers.producers
+    finally:
+        await _stop(running, second)
+        for producers in orphans.values():
+            for producer in producers:
+                await producer.stop()
+
+
+SHARED = {"verifier": True, "control": False}  # control: one replica holds every partition
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+async def test_a_reassignment_drops_the_state_of_the_partitions_lost(settings: Settings, name: str) -> None:
+    # WF-46, QC-42: each assignment folds afresh what it holds, so no decision is made against
+    # the state of a partition another replica now decides.
+    case = CASES[name]
+    a, b = _spaces(settings)
+    await _write(settings, "control", [(s, rec) for s in (a, b) for rec in case.seed(s)])
+    (first, first_state), (second, second_state) = case.make(settings), case.make(settings)
+
+    def spaces(state: Callable[[], ControlState]) -> set[str]:
+        return {s for s in (a, b) if state().space_exists(s)}
+
+    tasks = [asyncio.create_task(first.run())]
+    try:
+        await _until("both Spaces folded", lambda: spaces(first_state) == {a, b})
+        before = first.folds.epoch
+        tasks.append(asyncio.create_task(second.run()))
+        # the listener's fold and the loop's each move the epoch on twice
+        await _until("reassigned", lambda: first.folds.epoch >= before + 4 and not first.folds.stale(first.folds.epoch))
+        if SHARED[name]:
+            await _until("each folds its own", lambda: len(spaces(first_state)) == len(spaces(second_state)) == 1)
+            assert spaces(first_state) | spaces(second_state) == {a, b}
+        else:
+            assert len(first.producers.producers) == 2 and not second.producers.producers
+            assert spaces(first_state) == {a, b} and spaces(second_state) == set()
+    finally:
+        for task, shell in zip(tasks, (first, second), strict=False):
+            await _stop(task, shell)
