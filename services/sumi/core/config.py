@@ -50,8 +50,8 @@ class Settings:
     workflow_contexts: int = 256
     workflow_contexts_per_space: int = 128
     # The gateway refuses creates (of the Spaces sending most) while this many instances wait
-    # for a context (sumi.gateway._backlog): about a second of work at this machine's capacity.
-    workflow_queued_max: int = 64
+    # for a context (sumi.gateway._backlog): a few seconds of work at this machine's capacity.
+    workflow_queued_max: int = 128
     workflow_retention_seconds: int = MIN_WORKFLOW_RETENTION_SECONDS  # WF-47
     # Bounded storage (sumi_projections._prune): a settled queue message's row leaves Postgres this
     # long after its settlement (its body at once); a send retried with its Idempotency-Key is
@@ -153,7 +153,7 @@ class Settings:
             "verify_slots_per_space": int(env.get("SUMI_VERIFY_SLOTS_PER_SPACE", "2")),
             "workflow_contexts": int(env.get("SUMI_WORKFLOW_CONTEXTS", "256")),
             "workflow_contexts_per_space": int(env.get("SUMI_WORKFLOW_CONTEXTS_PER_SPACE", "128")),
-            "workflow_queued_max": _int(env, "SUMI_WORKFLOW_QUEUED_MAX", 64),
+            "workflow_queued_max": _int(env, "SUMI_WORKFLOW_QUEUED_MAX", 128),
             "workflow_retention_seconds": _int(env, "SUMI_WORKFLOW_RETENTION_SECONDS", MIN_WORKFLOW_RETENTION_SECONDS),
             "settled_retention_seconds": _int(env, "SUMI_SETTLED_RETENTION_SECONDS", 7 * 86400),
             "prune_interval_seconds": float(env.get("SUMI_PRUNE_INTERVAL_SECONDS", "60")),

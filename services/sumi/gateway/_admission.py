@@ -86,7 +86,7 @@ class Admission:
         if limit is not None and write is not None:
             refused = None
             if self.backlog is not None and _is_create(scope) and self.backlog.full():
-                refused = limit.refuse_busiest(write[1], f"{self.backlog.queued} instances wait for a context")
+                refused = limit.refuse_busiest(write[1], f"{self.backlog.queued} instances wait for a context", started)
             if refused is None:
                 refused = limit.admit(write[1], started)
             if refused is not None:

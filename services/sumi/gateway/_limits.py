@@ -48,6 +48,7 @@ class WriteLimit:
         self.in_flight = 0
         self.by_space: Counter[str] = Counter()
         self._took: list[float] = []  # this window's answers, seconds each
+        self._sent: Counter[str] = Counter()  # writes asked per Space, halved every window
         self._window_start: float | None = None
         self._reached = False  # the limit held a request back, or was full, this window
         self._rate = 0.0  # answers per second, smoothed over windows
@@ -71,11 +72,14 @@ class WriteLimit:
         self.by_space[space] += 1
         return None
 
-    def refuse_busiest(self, space: str, why: str) -> Refusal | None:
-        """A refusal for `space` if it holds at least an even share of the writes in flight (a
-        bound other than the limit is reached: the Spaces sending most give way first)."""
-        held = self.by_space[space]
-        if held == 0 or held * len(self.by_space) < self.in_flight:
+    def refuse_busiest(self, space: str, why: str, now: float) -> Refusal | None:
+        """A refusal for `space` if it sends at least an even share of the writes lately (a bound
+        other than the limit is reached: the Spaces sending most give way first). Sent, not
+        admitted: a flood refused for a while still sends the most, and a trickle never does."""
+        self._tick(now)
+        self._sent[space] += 1
+        sent = self._sent[space]
+        if sent < 2 or sent * len(self._sent) < sum(self._sent.values()):  # a first ask lately: let in
             return None
         return Refusal(self._retry_after(), f"{why}; retry later with the same Idempotency-Key")
 
@@ -111,6 +115,7 @@ class WriteLimit:
             elif self._reached:
                 self.limit = min(self.hi, self.limit + max(1.0, self.limit * INCREASE))
         self._took, self._reached, self._window_start = [], False, now
+        self._sent = Counter({space: n / 2 for space, n in self._sent.items() if n >= 1})
 
     def _retry_after(self) -> int:
         if self._rate <= 0:

@@ -92,12 +92,18 @@ def test_the_limit_shrinks_to_what_the_answers_carry_once_per_answers_time() -> 
 
 
 def test_past_another_bound_the_spaces_sending_most_give_way_first() -> None:
-    # WF-27: a backlog past its bound refuses the flood's creates, not the trickle's.
+    # WF-27: a backlog past its bound refuses the flood's creates, not the trickle's, however
+    # long the flood has been refused.
     limit, now = WriteLimit(target=1.0), 0.0
-    for _ in range(10):
-        assert limit.admit("flood", now) is None
-    assert limit.admit("trickle", now) is None
-    assert limit.refuse_busiest("trickle", "busy") is None  # 1 of 11 in flight: under an even share
-    assert limit.refuse_busiest("new", "busy") is None  # nothing in flight: let one in
-    refusal = limit.refuse_busiest("flood", "busy")
+    refused = {"flood": 0, "trickle": 0}
+    for tick in range(400):  # 10 s: the flood asks 40 times a window, the trickle once
+        now = tick * WINDOW_S / 40
+        refused["flood"] += limit.refuse_busiest("flood", "busy", now) is not None
+        if tick % 40 == 0:
+            refused["trickle"] += limit.refuse_busiest("trickle", "busy", now) is not None
+    assert refused == {"flood": 399, "trickle": 0}  # the flood's first ask let in
+    refusal = limit.refuse_busiest("flood", "busy", now)
     assert refusal is not None and refusal.retry_after >= 1 and refusal.detail.startswith("busy")
+    alone = WriteLimit(target=1.0)
+    assert alone.refuse_busiest("alone", "busy", 0.0) is None  # its first ask lately
+    assert alone.refuse_busiest("alone", "busy", 0.0) is not None  # one Space sending: it gives way
