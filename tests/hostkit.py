@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from sumi.core import codec
+from sumi.core.config import Settings
 from sumi.testing import Host, new_settings, running_host, start_host
 
 __all__ = [
@@ -82,6 +83,27 @@ async def committed_log(host: Host, topic: str) -> list[Any]:
     finally:
         await consumer.stop()
     return out
+
+
+async def committed_messages(settings: Settings, topic: str) -> list[Any]:
+    """Every committed message of one of a Host's topics up to its end now, with its partition and
+    offset, in log order per partition (read to the end offsets, not to a quiet fetch)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(settings.topic(topic), p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        got: list[Any] = []
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            for messages in (await consumer.getmany(timeout_ms=500)).values():
+                got += messages
+        return got
+    finally:
+        await consumer.stop()
 
 
 async def stable_members(bootstrap: str, groups: Iterable[str], n: int, timeout: float = 90) -> None:

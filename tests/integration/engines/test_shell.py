@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
 from sumi.control._processor import ControlLogic, control_shell
@@ -25,6 +24,7 @@ from sumi.engines.shell import Shell
 from sumi.testing import new_settings
 from sumi.verifier import Verifier
 from sumi.verifier._service import verifier_shell
+from tests.hostkit import committed_messages
 
 pytestmark = pytest.mark.integration
 
@@ -119,22 +119,7 @@ async def _write(settings: Settings, topic: str, records: list[tuple[str, r.Reco
 
 
 async def _read(settings: Settings, topic: str) -> list[Any]:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, isolation_level="read_committed", enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(settings.topic(topic), p) for p in range(settings.partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        got: list[Any] = []
-        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
-            for ms in (await consumer.getmany(timeout_ms=500)).values():
-                got += [codec.decode(m.value) for m in ms if m.value]
-        return got
-    finally:
-        await consumer.stop()
+    return [codec.decode(m.value) for m in await committed_messages(settings, topic) if m.value]
 
 
 async def _answers(settings: Settings, case: Case, space: str, timeout: float = 60) -> list[bool]:

@@ -5,14 +5,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.workflow import _decide as d
 from sumi.workflow.engine import Engine
-from tests.hostkit import new_settings
+from tests.hostkit import committed_messages, new_settings
 from tests.integration.workflow.engine_kit import Bench, engine_bench
 
 pytestmark = pytest.mark.integration
@@ -94,22 +93,7 @@ async def test_timers_and_instances_survive_an_engine_restart(
 
 async def _committed(settings: Settings, topic: str) -> list[Any]:
     """Every committed message of one of the Host's topics, with its partition and offset."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, isolation_level="read_committed", enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(settings.topic(topic), p) for p in range(settings.partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        got: list[Any] = []
-        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
-            for messages in (await consumer.getmany(timeout_ms=500)).values():
-                got += messages
-        return got
-    finally:
-        await consumer.stop()
+    return await committed_messages(settings, topic)
 
 
 async def test_a_create_and_its_first_context_start_commit_in_one_transaction(
