@@ -9,9 +9,10 @@ second per consumer, about 30 requests a second from an idle Host, the most of i
 The risk of a long poll is what it does not ask for. The broker handles one request at a time
 per connection, so a partition resumed, sought, reset or newly assigned while a long fetch is
 outstanding would wait for that fetch's end, up to `IDLE_WAIT_MS` (the rare read-side stalls
-seen when the wait was 2 s for all). So before each round of the fetcher, a long fetch that
+seen when the wait was 2 s for all), and so would an offsets request (`end_offsets` and the
+like). So before each round of the fetcher, and before each offsets request, a long fetch that
 does not cover what is now to be read is dropped: its task cancelled and its connection
-closed, and the round's fetch goes out at once, short, on a new connection.
+closed, and what was waiting goes out at once on a new connection, the next fetch short.
 
 This reaches into aiokafka's Fetcher (`_get_actions_per_node`, `_proc_fetch_request`, its
 in-flight set, the client's connections), checked for on start: without them a consumer keeps
@@ -62,6 +63,23 @@ class Consumer(AIOKafkaConsumer):  # type: ignore[misc]
         needed = ("_get_actions_per_node", "_proc_fetch_request", "_fetch_max_wait_ms", "_records", "_pending_tasks")
         if self._idle_ms > self._short_ms and all(hasattr(fetcher, a) for a in needed):
             self._hook(fetcher)
+
+    # An offsets request goes on the connection a long fetch holds: it must not queue behind it.
+    async def end_offsets(self, partitions: Any) -> Any:
+        self._wake()
+        return await super().end_offsets(partitions)
+
+    async def beginning_offsets(self, partitions: Any) -> Any:
+        self._wake()
+        return await super().beginning_offsets(partitions)
+
+    async def offsets_for_times(self, timestamps: Any) -> Any:
+        self._wake()
+        return await super().offsets_for_times(timestamps)
+
+    def _wake(self) -> None:
+        for node in list(self._held):
+            self._drop(node)
 
     def _hook(self, fetcher: Any) -> None:
         actions, proc = fetcher._get_actions_per_node, fetcher._proc_fetch_request

@@ -105,7 +105,8 @@ async def test_new_work_is_not_held_behind_the_long_poll(kafka_bootstrap: str, t
         took, m = await first(c, 5.0)
         assert m.value == b"in-0", took
 
-        # a seek back, a resumed partition, a newly assigned one: none waits for the poll's end
+        # a seek back, a resumed partition, an offsets request, a newly assigned partition: none
+        # waits for the poll's end
         await long_poll_out()
         c.seek(tp0, 0)
         took, m = await first(c, 5.0)
@@ -118,6 +119,11 @@ async def test_new_work_is_not_held_behind_the_long_poll(kafka_bootstrap: str, t
         c.resume(tp1)
         took, m = await first(c, 5.0)
         assert m.value == b"in-1"
+
+        await long_poll_out()
+        t0 = time.monotonic()
+        assert (await c.end_offsets([tp2]))[tp2] == 1
+        assert time.monotonic() - t0 < 5.0
 
         await long_poll_out()
         c.assign([tp0, tp1, tp2])  # (which reads tp0 and tp1 from their starts again)
