@@ -36,7 +36,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from sumi.core import codec
+from sumi.core import codec, idlefetch
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.core.topics import QUARANTINE_RECORD_BYTES, partition_for
@@ -142,17 +142,18 @@ def new_consumer(settings: Settings, group: str | None = None, **options: Any) -
 
     A fetch is answered as soon as a record commits (the broker completes it on the commit
     marker), so `fetch_max_wait_ms` mostly bounds how often an idle consumer asks again. It
-    stays at aiokafka's 500 ms: at 2 s, reads of the read side's answers showed rare stalls of
-    up to that long on this machine, which we could not pin down (docs/decisions.md)."""
+    stays at aiokafka's 500 ms while records come; a consumer idle for a few seconds asks every
+    few seconds instead, and a partition to read anew never waits behind that long poll
+    (`idlefetch`)."""
     defaults: dict[str, Any] = {
         "bootstrap_servers": settings.kafka_bootstrap,
-        "fetch_max_wait_ms": 500,
+        "fetch_max_wait_ms": idlefetch.SHORT_WAIT_MS,
         "group_id": group,
         "isolation_level": "read_committed",
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
     }
-    return AIOKafkaConsumer(**{**defaults, **options})
+    return idlefetch.Consumer(**{**defaults, **options})
 
 
 def static_member(settings: Settings, name: str) -> str | None:

@@ -22,7 +22,9 @@ from sumi.core.config import Settings
 from sumi.core.records import MetricsSnapshot
 
 log = logging.getLogger("sumi.metrics")
-EVERY_S = 2.0
+# Well inside the gateway's STALE_S (30 s), and rare enough that an idle Host's snapshots are
+# not a steady load on the broker (at 2 s they kept every service and the broker awake, issue 40).
+EVERY_S = 10.0
 
 
 def instance_name() -> str:

@@ -9,12 +9,11 @@ import logging
 import time
 from collections.abc import Iterator
 
-from aiokafka import AIOKafkaConsumer
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from sumi.core import codec
+from sumi.core import codec, idlefetch
 from sumi.core.config import Settings
 from sumi.core.records import MetricsSnapshot
 
@@ -48,7 +47,7 @@ class Gathered(Collector):
 
     async def follow(self, settings: Settings) -> None:
         """Keep the latest snapshot of each process, from the topic's start (it is compacted)."""
-        consumer = AIOKafkaConsumer(
+        consumer = idlefetch.Consumer(  # long-polls between the services' snapshots
             settings.topic("metrics"),
             bootstrap_servers=settings.kafka_bootstrap,
             auto_offset_reset="earliest",

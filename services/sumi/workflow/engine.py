@@ -400,7 +400,9 @@ class Engine:
             await kafka.read_to_end(keys_reader, keys_tps, self._fold_keys)
             await keys_reader.stop()
             # A short long-poll: a partition resumed while a fetch of others is in flight waits for it.
-            replies = await kafka.started(stack, kafka.new_consumer(self.settings, fetch_max_wait_ms=50))
+            replies = await kafka.started(
+                stack, kafka.new_consumer(self.settings, fetch_max_wait_ms=50, idle_wait_ms=50)
+            )
             self.replies.attach(replies, await kafka.partitions(replies, self.settings.topic("workflow")))
             stack.push_async_callback(self.checkpoints.stop)
             await self.checkpoints.start()
