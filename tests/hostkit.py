@@ -1,18 +1,19 @@
 """A Host of the test's own (sumi.testing, the kit worker authors use too), and this project's helpers around it."""
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from sumi.core import codec
 from sumi.core.config import Settings
@@ -104,6 +105,20 @@ async def committed_messages(settings: Settings, topic: str) -> list[Any]:
         return got
     finally:
         await consumer.stop()
+
+
+@contextlib.asynccontextmanager
+async def scratch_topic(bootstrap: str, prefix: str, partitions: int) -> AsyncIterator[str]:
+    """A topic of a test's own, deleted after it."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1)])
+        yield name
+        await admin.delete_topics([name])
+    finally:
+        await admin.close()
 
 
 async def stable_members(bootstrap: str, groups: Iterable[str], n: int, timeout: float = 90) -> None:

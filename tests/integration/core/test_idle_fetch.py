@@ -6,15 +6,14 @@ nothing happens; the targets are issue 40's (`tests/bench/bench_idle.py`)."""
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from sumi.core import idlefetch
+from tests.hostkit import scratch_topic
 
 pytestmark = pytest.mark.integration
 
@@ -23,15 +22,8 @@ LONG_MS = 20_000  # far past every bound below: a fetch held behind the long pol
 
 @pytest.fixture
 async def topic(kafka_bootstrap: str) -> AsyncIterator[str]:
-    name = f"idle-fetch-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, 3, 1)])
+    async with scratch_topic(kafka_bootstrap, "idle-fetch", 3) as name:
         yield name
-        await admin.delete_topics([name])
-    finally:
-        await admin.close()
 
 
 def consumer(bootstrap: str) -> idlefetch.Consumer:

@@ -1,14 +1,13 @@
 """`kafka.read_at` against a real broker: values read back by (partition, offset), as the queue
 engine reads the bodies its budget left in the log (docs/decisions.md, the queue engine's memory)."""
 
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from sumi.core import kafka
+from tests.hostkit import scratch_topic
 
 pytestmark = pytest.mark.integration
 
@@ -43,15 +42,8 @@ async def write(bootstrap: str, topic: str) -> Written:
 
 @pytest.fixture
 async def topic(kafka_bootstrap: str) -> AsyncIterator[tuple[str, Written]]:
-    name = f"read-at-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, 3, 1)])
+    async with scratch_topic(kafka_bootstrap, "read-at", 3) as name:
         yield name, await write(kafka_bootstrap, name)
-        await admin.delete_topics([name])
-    finally:
-        await admin.close()
 
 
 @pytest.fixture

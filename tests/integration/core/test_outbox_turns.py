@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import ProducerFenced
 
 from sumi.core import codec
@@ -15,21 +14,15 @@ from sumi.core import outbox as outbox_module
 from sumi.core import records as r
 from sumi.core.outbox import Outbox
 from sumi.core.topics import partition_for
+from tests.hostkit import scratch_topic
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 async def topic(kafka_bootstrap: str) -> AsyncIterator[str]:
-    name = f"outbox-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, 2, 1)])
+    async with scratch_topic(kafka_bootstrap, "outbox", 2) as name:
         yield name
-        await admin.delete_topics([name])
-    finally:
-        await admin.close()
 
 
 async def pair(bootstrap: str, tid: str) -> list[AIOKafkaProducer]:
