@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import psycopg
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 Cursor = psycopg.AsyncCursor[Any]
 
@@ -49,7 +49,7 @@ def stale(expected: dict[int, int], stored: dict[int, int]) -> set[int]:
     return {p for p, at in expected.items() if stored.get(p) != at}
 
 
-class Owned(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+class Owned:
     def __init__(self, consumer: AIOKafkaConsumer, projection: str, topic: str) -> None:
         self.consumer = consumer
         self.projection = projection
@@ -57,16 +57,15 @@ class Owned(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is unt
         self.expected: dict[int, int] = {}  # partition -> the next offset its row held when read
         self.unsynced: set[TopicPartition] = set()
 
-    # ---- the consumer's task: note and pause, never seek --------------------------------------
+    # ---- the consumer's task (`sumi.core.membership`, which pauses them): note, never seek ----
 
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        for tp in revoked:
+    async def revoked(self, tps: list[TopicPartition]) -> None:
+        for tp in tps:
             self.expected.pop(tp.partition, None)
             self.unsynced.discard(tp)
 
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        self.consumer.pause(*assigned)
-        self.unsynced |= set(assigned)
+    async def assigned(self, tps: list[TopicPartition]) -> None:
+        self.unsynced |= set(tps)
 
     # ---- the applying loop --------------------------------------------------------------------
 

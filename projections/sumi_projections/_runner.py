@@ -32,6 +32,7 @@ from sumi.core import kafka, pgtext
 from sumi.core.backoff import Backoff
 from sumi.core.config import Settings
 from sumi.core.kafka import Out
+from sumi.core.membership import Membership
 from sumi_projections._owned import Owned
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ class ProjectionRunner:
             tps = await kafka.partitions(consumer, self.topic)
             target = None
             if until is None:
-                consumer.subscribe([self.topic], listener=owned)
+                Membership(self.group, consumer, owned).subscribe(self.topic)
             else:
                 consumer.assign(tps)
                 await owned.sync(conn, tps)

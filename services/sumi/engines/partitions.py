@@ -38,11 +38,12 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from sumi.core import allocator, ids, kafka
 from sumi.core.config import Settings
 from sumi.core.fencing import PartitionProducers
+from sumi.core.membership import Membership
 from sumi.core.outbox import Outbox
 from sumi.core.records import Record
 from sumi.core.topics import partition_for
@@ -74,7 +75,7 @@ class Owner(Protocol):
         """Put a snapshot of one partition into the (reset) state; raise if it is not one."""
 
 
-class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+class Partitions:
     def __init__(self, settings: Settings, name: str, topic: str, owner: Owner, snapshots: str = "") -> None:
         self.settings = settings
         self.name = name
@@ -112,11 +113,15 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
     # ---- the group -----------------------------------------------------------------------------
 
     def consumer(self, **options: Any) -> AIOKafkaConsumer:
-        """The group member that follows the owned partitions (subscribe it with `self`)."""
+        """The group member that follows the owned partitions (start it, then `subscribe`)."""
         self.member = kafka.group_member(self.settings, self.name, **options)
         return self.member
 
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+    def subscribe(self) -> None:
+        assert self.member is not None
+        Membership(self.name, self.member, self, on_failure=lambda _: self.failed.set()).subscribe(self.topic)
+
+    async def revoked(self, revoked: list[TopicPartition]) -> None:
         if self.taking is not None:  # revoked while still folding them: nothing was decided
             self.taking.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -138,21 +143,13 @@ class Partitions(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
         await self.producers.assign([])
         self.owner.reset()
 
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        # aiokafka sends no heartbeat while this callback runs, so a fold longer than the group's
-        # session (10 s) got the member dropped, and it folded again for ever: the fold runs in a
-        # task of its own, the partitions paused until it is done (as Kafka Streams restores).
-        tps = sorted(assigned)
-        assert self.member is not None
-        try:
-            await self.producers.assign(tps)  # the fence, before the fold reads what it left
-        except BaseException as exc:
-            log.exception("%s: fencing %s failed", self.name, [tp.partition for tp in tps])
-            self.failed.set()
-            raise exc
+    async def assigned(self, tps: list[TopicPartition]) -> None:
+        # A fold longer than the group's session (10 s) inside the callback got the member
+        # dropped, and it folded again for ever: the fold runs in a task of its own, the
+        # partitions paused until it is done (as Kafka Streams restores).
+        await self.producers.assign(tps)  # the fence, before the fold reads what it left
         self.owner.reset()
         if tps:
-            self.member.pause(*tps)
             self.taking = asyncio.create_task(self._take_over(tps))
 
     async def _take_over(self, tps: list[TopicPartition]) -> None:

@@ -29,11 +29,12 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import TopicPartition
 
 from sumi.core import kafka
 from sumi.core.config import Settings
 from sumi.core.fencing import PartitionProducers
+from sumi.core.membership import Membership
 
 log = logging.getLogger(__name__)
 
@@ -52,33 +53,27 @@ class Generation(Protocol):
         """A batch of input records was taken."""
 
 
-class Shares(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+class Shares:
     def __init__(self, settings: Settings, name: str, topic: str, engine: Generation, **options: Any) -> None:
         self.name = name
         self.topic = topic
         self.engine = engine
         self.producers = PartitionProducers(settings, name, turns=2, linger_ms=0)
         self.consumer = kafka.group_member(settings, name, **options)
+        self.membership = Membership(name, self.consumer, self, on_failure=self._fail)
         self.owned: frozenset[int] = frozenset()
         self.live = False  # the current generation is ready: input is handed to it
         self.task: asyncio.Task[None] | None = None
         self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+    async def revoked(self, tps: list[TopicPartition]) -> None:
         await self._end()
 
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        tps = sorted(assigned)
+    async def assigned(self, tps: list[TopicPartition]) -> None:
         if not tps:
             log.info("%s: this replica owns no partition of %s", self.name, self.topic)
             return
-        self.consumer.pause(*tps)  # until the generation has rebuilt them
-        try:
-            await self.producers.assign(tps)  # the fence, before the rebuild reads what it left
-        except BaseException as exc:
-            log.exception("%s: fencing %s failed", self.name, [tp.partition for tp in tps])
-            self._fail(exc)
-            raise
+        await self.producers.assign(tps)  # the fence, before the rebuild reads what it left
         self.owned = frozenset(tp.partition for tp in tps)
 
         def ready() -> None:
@@ -121,7 +116,7 @@ class Shares(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is un
     async def run(self) -> None:
         """Follow the owned input partitions until a generation fails (the error is raised)."""
         await self.consumer.start()
-        self.consumer.subscribe([self.topic], listener=self)
+        self.membership.subscribe(self.topic)
         while True:
             fetch = asyncio.ensure_future(self.consumer.getmany(timeout_ms=1000, max_records=1000))
             await asyncio.wait([fetch, self.failed], return_when=asyncio.FIRST_COMPLETED)

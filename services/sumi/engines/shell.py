@@ -31,12 +31,13 @@ from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from sumi.core import assignors, kafka
 from sumi.core.config import Settings
 from sumi.core.fencing import Folds, PartitionProducers
 from sumi.core.kafka import Out
+from sumi.core.membership import Membership
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +97,15 @@ class Shell:
         self.progress = Progress()
         self.start: dict[TopicPartition, int] = {}  # the committed offsets the last assignment found
         self.pending: list[TopicPartition] | None = None  # assigned, fenced, not folded yet
+        self.consumer: AIOKafkaConsumer | None = None
 
     async def run(self) -> None:
         kafka.shorten_txn_retry()  # a command's decision waits on this processor's commit
         consumer = kafka.group_member(self.settings, self.name, **self._assignor())
         try:  # started inside: a stop signal while they start still stops them (unstopped clients log errors)
             await consumer.start()
-            consumer.subscribe([self.input_topic], listener=_Assigned(self, consumer))
+            self.consumer = consumer
+            Membership(self.name, consumer, self, on_failure=self._fail).subscribe(self.input_topic)
             async with asyncio.TaskGroup() as effects:  # an effect's failed commit ends the loop too
                 epoch = self.folds.epoch
                 async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
@@ -120,6 +123,24 @@ class Shell:
         finally:
             await consumer.stop()
             await self.producers.close()
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failed = exc  # deciding on a partial fold must not happen
+
+    async def revoked(self, tps: list[TopicPartition]) -> None:
+        pass  # each assignment folds afresh; a revoked partition's commits are fenced by its new owner
+
+    async def assigned(self, tps: list[TopicPartition]) -> None:
+        # A fresh fold for every assignment: state of partitions lost meanwhile must not linger.
+        assert self.consumer is not None
+        async with self.folds.refold(self.producers):
+            self.processor.reset()
+            self.progress = Progress()
+            # Fenced first: the changelog and the offsets read after it hold the old owner's last commit.
+            self.start = await self.producers.fenced(self.consumer, tps)
+        if tps:  # nothing is decided until the run loop has folded their changelog
+            self.folds.assigning = True
+        self.pending = tps
 
     def _assignor(self) -> dict[str, Any]:
         if not self.one_owner:
@@ -191,7 +212,7 @@ class Shell:
             async with self.folds.refold(self.producers):
                 await self.rebuild(tp.partition for tp in assigned)
         except BaseException as exc:
-            self.failed = exc  # deciding on a partial fold must not happen
+            self._fail(exc)
             raise
         held = [tp for tp in assigned if tp in consumer.assignment()]
         await self._rewind(consumer, held)
@@ -225,31 +246,3 @@ class Shell:
             log.info("%s rebuilt %d partitions up to %s", self.name, len(tps), ends)
         finally:
             await reader.stop()
-
-
-class _Assigned(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, shell: Shell, consumer: AIOKafkaConsumer) -> None:
-        self.shell = shell
-        self.consumer = consumer
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        pass
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        # A fresh fold for every assignment: state of partitions lost meanwhile must not linger.
-        shell = self.shell
-        try:
-            async with shell.folds.refold(shell.producers):
-                shell.processor.reset()
-                shell.progress = Progress()
-                # Fenced first: the changelog and the offsets read after it hold the old owner's last commit.
-                shell.start = await shell.producers.fenced(self.consumer, assigned)
-        except BaseException as exc:
-            # aiokafka only logs a listener's failure; deciding on a partial fold must not happen.
-            shell.failed = exc
-            raise
-        tps = list(assigned)
-        if tps:  # nothing is decided until the run loop has folded their changelog
-            self.consumer.pause(*tps)
-            shell.folds.assigning = True
-        shell.pending = tps

@@ -418,7 +418,7 @@ class Engine:
             await kafka.read_to_end(control_reader, control_tps, self._fold_control)  # before any decision
             member = self.partitions.consumer(max_partition_fetch_bytes=4 << 20)
             await kafka.started(stack, member)
-            member.subscribe([self.settings.topic("queue")], listener=self.partitions)
+            self.partitions.subscribe()
             try:
                 await asyncio.gather(
                     self.partitions.follow(self.wake.set),

@@ -110,7 +110,7 @@ async def test_a_workflow_generation_reads_only_once_rebuilt_and_ends_before_its
     engine = _Generation()
     shares = _shares(engine, calls)
     tps = [TopicPartition("t1.workflow.commands", p) for p in (2, 0)]
-    await shares.on_partitions_assigned(tps)
+    await shares.membership.on_partitions_assigned(tps)
     await asyncio.sleep(0)
     assert calls == [("pause", [0, 2]), ("fence", [0, 2])] and engine.owned == {0, 2}
     shares._hand_over(_batch((0, 5), (0, 6)))
@@ -120,7 +120,7 @@ async def test_a_workflow_generation_reads_only_once_rebuilt_and_ends_before_its
     assert calls[-1] == ("resume", [0, 2])
     shares._hand_over(_batch((0, 5), (1, 3), (2, 9)))
     assert engine.taken == [(0, 5), (2, 9)]
-    await shares.on_partitions_revoked(tps)
+    await shares.membership.on_partitions_revoked(tps)
     assert engine.ended.is_set() and calls[-1] == ("fence", []) and not shares.live
     shares._hand_over(_batch((0, 7)))
     assert engine.taken == [(0, 5), (2, 9)]  # fetched before the revocation: not taken
@@ -129,7 +129,7 @@ async def test_a_workflow_generation_reads_only_once_rebuilt_and_ends_before_its
 async def test_a_failed_workflow_generation_ends_the_replica() -> None:
     # WF-46: a generation that fails (a fenced producer) ends the process; its state is rebuilt from the log
     shares = _shares(_Generation(fails=True), [])
-    await shares.on_partitions_assigned([TopicPartition("t1.workflow.commands", 0)])
+    await shares.membership.on_partitions_assigned([TopicPartition("t1.workflow.commands", 0)])
     with pytest.raises(RuntimeError, match="a commit failed"):
         await shares.failed
 
@@ -138,7 +138,7 @@ async def test_a_generation_cancelled_from_within_ends_the_replica() -> None:
     # WF-46: only a revocation ends a generation quietly; otherwise its partitions would stay
     # assigned here, their commands read and never decided (seen when a broker died)
     shares = _shares(_Generation(cancelled=True), [])
-    await shares.on_partitions_assigned([TopicPartition("t1.workflow.commands", 0)])
+    await shares.membership.on_partitions_assigned([TopicPartition("t1.workflow.commands", 0)])
     with pytest.raises(RuntimeError, match="cancelled from within"):
         await asyncio.wait_for(shares.failed, 5)
 
