@@ -99,7 +99,8 @@ def summary(file: Path, top: int) -> dict[str, object]:
 def processes(host: Any) -> dict[str, list[psutil.Process]]:
     """Each service by name, the runtimes it started apart; the broker and PostgreSQL; this client."""
     out: dict[str, list[psutil.Process]] = {"bench client": [psutil.Process()]}
-    for p in psutil.Process().children(recursive=True):
+    mine = psutil.Process().children(recursive=True)
+    for p in mine:
         with contextlib.suppress(psutil.Error):
             cmd = p.cmdline()
             if "serve" in cmd and cmd.index("serve") + 1 < len(cmd):
@@ -107,13 +108,33 @@ def processes(host: Any) -> dict[str, list[psutil.Process]]:
                 out.setdefault(name, []).append(p)
                 if kids := p.children(recursive=True):  # the worker runtimes it started
                     out.setdefault(f"{name} runtimes", []).extend(kids)
-    for p in psutil.process_iter(["name", "cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if p.info["name"] == "java" and "kafka" in cmd:
-            out.setdefault("kafka", []).append(p)
-        elif (p.info["name"] or "").startswith("postgres"):
-            out.setdefault("postgres", []).append(p)
+    for part in ("kafka", "postgres"):
+        # The ones this run started: other brokers and databases on a shared machine are not
+        # this run's cost; any on the machine when the run uses ones it did not start.
+        out[part] = [p for p in mine if _part(p) == part] or [p for p in psutil.process_iter() if _part(p) == part]
     return out
+
+
+def _part(p: psutil.Process) -> str:
+    with contextlib.suppress(psutil.Error):
+        if p.name() == "java" and "kafka" in " ".join(p.cmdline()):
+            return "kafka"
+        parent = p.parent()
+        if p.name().startswith("postgres") and not (parent and parent.name().startswith("postgres")):
+            return "postgres"  # the postmaster: its backends come and go, so counted through it
+    return ""
+
+
+def _used(p: psutil.Process, tree: bool) -> float:
+    """CPU seconds of a process, and with `tree` of every process it started, gone ones too."""
+    t = p.cpu_times()
+    if not tree:
+        return t.user + t.system
+    total = t.user + t.system + t.children_user + t.children_system
+    for kid in p.children():
+        with contextlib.suppress(psutil.Error):
+            total += _used(kid, True)
+    return total
 
 
 def cpu(parts: dict[str, list[psutil.Process]]) -> dict[str, float]:
@@ -122,17 +143,19 @@ def cpu(parts: dict[str, list[psutil.Process]]) -> dict[str, float]:
         total = 0.0
         for p in procs:
             with contextlib.suppress(psutil.Error):
-                t = p.cpu_times()
-                total += t.user + t.system
+                total += _used(p, name == "postgres")
         out[name] = total
     return out
 
 
 @contextlib.contextmanager
-def cpu_seconds(parts: dict[str, list[psutil.Process]], label: str) -> Iterator[None]:
-    """Prints the CPU seconds each part used while the block ran, beside the block's wall seconds."""
+def cpu_seconds(parts: dict[str, list[psutil.Process]], label: str) -> Iterator[dict[str, float]]:
+    """Prints the CPU seconds each part used while the block ran, beside the block's wall seconds;
+    the dict it yields holds them, unrounded, once the block has run."""
+    used: dict[str, float] = {}
     before, t0 = cpu(parts), time.perf_counter()
-    yield
+    yield used
     after, elapsed = cpu(parts), time.perf_counter() - t0
-    seconds = {k: round(after[k] - before[k], 1) for k in after}
+    used.update({k: after[k] - before[k] for k in after})
+    seconds = {k: round(v, 1) for k, v in used.items()}
     print(json.dumps({f"{label} cpu seconds": seconds, "wall seconds": round(elapsed, 1)}), flush=True)

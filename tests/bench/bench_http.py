@@ -12,10 +12,14 @@ so every figure includes the gateway, the decision's way back and the read model
 - with BENCH_REPLICAS=2: the c=100 run again with a second workflow engine sharing the partitions;
 - CPU seconds per process during the c=100 run;
 - DBOS Transact with the same workflow, same PostgreSQL, same session;
+- an open loop (BENCH_MODE=open|closed|all, default all): creates sent at fixed offered
+  rates (BENCH_RATES per s, BENCH_OPEN_S seconds each) whatever the answers do, for sumi
+  and for DBOS, with CPU milliseconds per committed step of each process at each rate;
 - the floors measured in the same run: a Kafka transaction commit (one record),
   the time from that commit until a read_committed reader has the record, an acks=all
-  produce, a PostgreSQL commit.
-Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
+  produce, a PostgreSQL commit, and a transaction as an engine commits one (1 and 100
+  records with the consumer offsets) with the broker's CPU per transaction.
+Ends with a table to paste. Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
 """
 
 from __future__ import annotations
@@ -25,18 +29,21 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+import psutil
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from sumi.core import codec, kafka
 from sumi.core import records as r
+from tests.bench._open import open_loop
 from tests.bench._parts import parts
 from tests.bench._profile import cpu_seconds, processes, profiled
+from tests.bench._table import table
 from tests.bench._tail import Tail
-from tests.bench.bench_workflow import STEPS, TEN, dbos_bench, pct, pool
+from tests.bench.bench_workflow import STEPS, TEN, dbos_closed, dbos_ten, pct, pool
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, SpaceFixture, new_settings, running_host, serve_replica, stable_members
 from tests.httpkit import WORKFLOW, Users
@@ -44,6 +51,10 @@ from tests.httpkit import WORKFLOW, Users
 N1 = int(os.environ.get("BENCH_WF_N1", "30"))
 N100 = int(os.environ.get("BENCH_WF_N100", "600"))
 REPLICAS = int(os.environ.get("BENCH_REPLICAS", "1"))  # 2: the c=100 run again with a second workflow engine
+MODE = os.environ.get("BENCH_MODE", "all")  # open | closed | all
+RATES = [float(x) for x in os.environ.get("BENCH_RATES", "10,25,50").split(",")]
+OPEN_S = float(os.environ.get("BENCH_OPEN_S", "20"))
+IDLE_S = float(os.environ.get("BENCH_IDLE_S", "5"))
 _STATUS_FP = codec.encode(r.InstanceStatusChanged("w", "i", "queued", 0))[2:10]
 _DECIDED_FP = codec.encode(r.CommandDecided("c", "s", "p", "k", True, 201, 0))[2:10]
 _SUBMITTED_FP = codec.encode(r.CommandSubmitted("c", "k", "s", "p", False, "{}", 0))[2:10]
@@ -243,6 +254,7 @@ async def floors(host: Host) -> dict[str, float]:
 
     alone, shorter, turns = await back_to_back(default, 1), await back_to_back(ours, 1), await back_to_back(ours, 2)
     readable = await readable_after_commit()
+    engine_like = {**await engine_txn(host, topic, 1), **await engine_txn(host, topic, 100)}
     pg = []
     async with await psycopg.AsyncConnection.connect(s.database_url) as conn:
         await conn.execute("CREATE TEMP TABLE bench_floor (k int)")
@@ -258,8 +270,69 @@ async def floors(host: Host) -> dict[str, float]:
         "kafka_txn_commit_p50_ms (two taking turns, as sumi's outbox)": round(pct(turns, 50), 2),
         "kafka_commit_to_readable_p50_ms (read_committed fetch)": round(pct(readable, 50), 2),
         "postgres_commit_p50_ms": round(pct(pg, 50), 2),
+        **engine_like,
     }
     print(json.dumps({"floors": out}), flush=True)
+    return out
+
+
+async def engine_txn(host: Host, topic: str, records: int, n: int = 100) -> dict[str, float]:
+    """A transaction as an engine commits one, back to back: `records` records and the consumer
+    offsets they answer; its p50 wall time and the broker's CPU, per transaction and per record."""
+    from aiokafka.producer import sender
+
+    s, default = host.settings, sender.BACKOFF_OVERRIDE
+    sender.BACKOFF_OVERRIDE = kafka.TXN_RETRY_S
+    txn = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, transactional_id=f"bench-{uuid.uuid4().hex[:6]}")
+    await txn.start()
+    tp, group, took = TopicPartition(topic, 0), f"{s.topic_prefix}-bench-floor", []
+    try:
+        with cpu_seconds({"kafka": processes(host)["kafka"]}, f"{records}-record txn + offsets x{n}") as used:
+            for i in range(n):
+                t0 = time.perf_counter()
+                async with txn.transaction():
+                    for _ in range(records):
+                        await txn.send(topic, b"x" * 100, partition=0)  # enqueued; the commit flushes
+                    await txn.send_offsets_to_transaction({tp: i + 1}, group)
+                took.append((time.perf_counter() - t0) * 1000)
+    finally:
+        await txn.stop()
+        sender.BACKOFF_OVERRIDE = default
+    wall, broker = pct(took, 50), used["kafka"] * 1000 / n
+    name = f"kafka_txn_{records}_records+offsets"
+    out = {f"{name}_p50_ms": round(wall, 2), f"{name}_broker_cpu_ms": round(broker, 2)}
+    if records > 1:
+        out |= {
+            f"{name}_p50_ms_per_record": round(wall / records, 3),
+            f"{name}_broker_cpu_ms_per_record": round(broker / records, 3),
+        }
+    return out
+
+
+def cpu_ms_per(used: dict[str, float], units: float) -> dict[str, float]:
+    """CPU ms per unit (a committed step, a second) of each part, and the total of all but the bench client."""
+    out = {part: round(seconds * 1000 / max(units, 1e-9), 3) for part, seconds in used.items()}
+    out["total"] = round(sum(ms for part, ms in out.items() if part != "bench client"), 3)
+    return out
+
+
+async def open_runs(
+    name: str, create: Callable[[str], Awaitable[Awaitable[Any]]], parts: dict[str, list[psutil.Process]]
+) -> list[dict[str, Any]]:
+    """The open loop at each offered rate, with the CPU each part used per committed step (the
+    window runs until every instance sent has completed, so its steps are all committed in it),
+    and what each uses per second at rest: the share of a step's figure that is not the step's."""
+    tag, out = uuid.uuid4().hex[:6], []
+    with cpu_seconds(parts, f"{name} at rest") as idle:
+        await asyncio.sleep(IDLE_S)
+    idle_ms_per_s = cpu_ms_per(idle, IDLE_S)
+    for rate in RATES:
+        with cpu_seconds(parts, f"{name} {rate:g}/s") as used, profiled(parts, f"{name} {rate:g}/s"):
+            run = await open_loop(name, rate, OPEN_S, lambda i, rate=rate: create(f"{tag}-{rate:g}-{i}"))
+        run["cpu_ms_per_step"] = cpu_ms_per(used, run["completed"] * STEPS)
+        run["idle_cpu_ms_per_s"] = idle_ms_per_s
+        print(json.dumps({f"{name} {rate:g}/s cpu ms per committed step": run["cpu_ms_per_step"]}), flush=True)
+        out.append(run)
     return out
 
 
@@ -294,7 +367,8 @@ async def lag_samples(task: asyncio.Task[list[int]]) -> list[int]:
         return []
 
 
-async def sumi_bench(host: Host) -> list[dict[str, Any]]:
+async def sumi_bench(host: Host) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The closed runs (c=1, c=100) and the open ones, as BENCH_MODE asks."""
     admin = {"Authorization": f"Bearer {host.admin_token}"}
     async with Users(host.url, 100) as people:
         client = people.all[0]
@@ -318,11 +392,22 @@ async def sumi_bench(host: Host) -> list[dict[str, Any]]:
         def flows_of(c: httpx.AsyncClient) -> Flows:
             return Flows(Api(c, space), flows.uid)
 
+        async def create(iid: str) -> asyncio.Future[None]:
+            ended = ends.ended(iid)
+            async with people.lend() as client:
+                resp = await flows_of(client).create({"id": iid})
+            if resp.status_code != 201:
+                raise RuntimeError(f"{resp.status_code} {resp.text[:200]}")
+            return ended
+
         ends = Ends(host)
         await ends.start()
         try:
             await sumi_run(people, flows_of, ends, 5, 5)  # warm-up: runtime started, JIT, connections
             parts = processes(host)
+            opened = await open_runs("sumi/http open", create, parts) if MODE in ("open", "all") else []
+            if MODE not in ("closed", "all"):
+                return [], opened
             with profiled(parts, "c=1"):
                 one = await sumi_run(people, flows_of, ends, N1, 1)
             lag = asyncio.create_task(projection_lag(host, ends))
@@ -332,7 +417,7 @@ async def sumi_bench(host: Host) -> list[dict[str, Any]]:
             print(json.dumps({"workflow projection lag (records), every 2 s": await lag_samples(lag)}), flush=True)
             if REPLICAS > 1:
                 await with_replicas(host, people, flows_of, ends, hundred)
-            return [one, hundred]
+            return [one, hundred], opened
         finally:
             await ends.stop()
 
@@ -355,10 +440,25 @@ async def with_replicas(
             proc.wait()
 
 
+async def dbos_bench(host: Host) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """DBOS closed and open, in one launch; its CPU is this process's (DBOS runs in it) and PostgreSQL's."""
+    async with dbos_ten(host.settings.database_url) as start:
+
+        async def create(iid: str) -> Awaitable[Any]:
+            return (await start()).get_result()
+
+        closed = await dbos_closed(start) if MODE in ("closed", "all") else []
+        for _ in range(5):  # warm-up, as sumi's
+            await (await create(""))
+        parts = {"dbos (in the bench process)": [psutil.Process()], "postgres": processes(host)["postgres"]}
+        opened = await open_runs("dbos open", create, parts) if MODE in ("open", "all") else []
+        return closed, opened
+
+
 async def bench(host: Host) -> None:
-    await floors(host)
-    ours = await sumi_bench(host)
-    theirs = await dbos_bench(host.settings.database_url)
+    bottom = await floors(host)
+    ours, ours_open = await sumi_bench(host)
+    theirs, theirs_open = await dbos_bench(host)
     for a, b in zip(ours, theirs, strict=True):
         print(
             json.dumps(
@@ -370,15 +470,17 @@ async def bench(host: Host) -> None:
             ),
             flush=True,
         )
-    c1, c100 = ours
-    targets = {
-        "c=100 steps/s >= 1000": c100["steps_per_s"] >= 1000,
-        "c=100 POST p50 <= 50 ms": c100["post_p50_ms"] <= 50,
-        "c=1 step p50 <= 5 ms": c1["step_p50_ms"] <= 5,
-        "c=1 POST p50 <= 10 ms": c1["post_p50_ms"] <= 10,
-        "c=1 create->complete p50 <= 50 ms": c1["create_to_complete_p50_ms"] <= 50,
-    }
-    print(json.dumps({"targets met": targets}), flush=True)
+    if ours:
+        c1, c100 = ours
+        targets = {
+            "c=100 steps/s >= 1000": c100["steps_per_s"] >= 1000,
+            "c=100 POST p50 <= 50 ms": c100["post_p50_ms"] <= 50,
+            "c=1 step p50 <= 5 ms": c1["step_p50_ms"] <= 5,
+            "c=1 POST p50 <= 10 ms": c1["post_p50_ms"] <= 10,
+            "c=1 create->complete p50 <= 50 ms": c1["create_to_complete_p50_ms"] <= 50,
+        }
+        print(json.dumps({"targets met": targets}), flush=True)
+    print(table(ours + theirs, ours_open + theirs_open, bottom), flush=True)
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psutil
@@ -206,7 +207,10 @@ async def engine_ceiling(kafka: str, db: str) -> list[dict[str, Any]]:
 # ---- DBOS -------------------------------------------------------------------------------------
 
 
-async def dbos_bench(db: str) -> list[dict[str, Any]]:
+@contextlib.asynccontextmanager
+async def dbos_ten(db: str) -> AsyncIterator[Callable[[], Awaitable[Any]]]:
+    """DBOS launched with the 10-step workflow; yields what starts one (its handle's result
+    is the step latencies)."""
     from dbos import DBOS
 
     DBOS(
@@ -234,24 +238,32 @@ async def dbos_bench(db: str) -> list[dict[str, Any]]:
 
     DBOS.launch()
     try:
-
-        async def measure(n: int, concurrency: int) -> dict[str, Any]:
-            lat: list[float] = []
-            starts: list[float] = []
-
-            async def one(i: int) -> None:
-                handle = await DBOS.start_workflow_async(ten)
-                starts.append(time.perf_counter())
-                lat.extend((await handle.get_result())[1:])
-
-            elapsed = await pool(n, concurrency, one)
-            span = (max(starts) - min(starts)) if len(starts) > 1 else elapsed
-            return figures(f"dbos c={concurrency}", n, elapsed, max(span, 1e-3) * n / max(n - 1, 1), lat)
-
-        await measure(5, 5)
-        return [await measure(N1, 1), await measure(N100, 100)]
+        yield lambda: DBOS.start_workflow_async(ten)
     finally:
         DBOS.destroy()
+
+
+async def dbos_closed(start: Callable[[], Awaitable[Any]]) -> list[dict[str, Any]]:
+    async def measure(n: int, concurrency: int) -> dict[str, Any]:
+        lat: list[float] = []
+        starts: list[float] = []
+
+        async def one(i: int) -> None:
+            handle = await start()
+            starts.append(time.perf_counter())
+            lat.extend((await handle.get_result())[1:])
+
+        elapsed = await pool(n, concurrency, one)
+        span = (max(starts) - min(starts)) if len(starts) > 1 else elapsed
+        return figures(f"dbos c={concurrency}", n, elapsed, max(span, 1e-3) * n / max(n - 1, 1), lat)
+
+    await measure(5, 5)
+    return [await measure(N1, 1), await measure(N100, 100)]
+
+
+async def dbos_bench(db: str) -> list[dict[str, Any]]:
+    async with dbos_ten(db) as start:
+        return await dbos_closed(start)
 
 
 async def bench(kafka: str, db: str) -> None:
