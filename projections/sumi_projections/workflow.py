@@ -81,32 +81,26 @@ _ADVANCE = (
     "JOIN moved ON moved.w = h.w AND moved.i = h.i"
 )
 
-# WF-25: an instance's events that no step consumed lose their payloads when it ends. Done
-# here, not in SQL: the history is `json` (it must hold the \u0000 escape, which `jsonb`
-# refuses), and `json` has no operators to edit a document with.
-_ENDED_ROWS = (
-    "SELECT h.workflow_uid, h.instance_id, h.seq, h.type, h.data::text FROM workflow_history h "
-    "JOIN unnest(%b::text[], %b::text[]) AS u(w, i) ON h.workflow_uid = u.w AND h.instance_id = u.i "
-    "WHERE h.type IN ('EventAccepted', 'StepAttemptCommitted')"
-)
+# WF-25: an instance's events that no step consumed lose their payloads when it ends, in one
+# statement of the batch's pipeline (nothing read back into Python, no round trip of its own).
+# The history is `json` (it must hold the \u0000 escape, which `jsonb` refuses), and `json` has
+# no operators to edit a document with; its operators also refuse a document holding \u0000.
+# So the edit is on the text: an EventAccepted row's data is canonical, {"payload":…,
+# "sequence":…,"size":…,"type":…} (`history_data`), and past the payload the last
+# `,"sequence":` is the member's own (no string escaped canonically holds `,"`): the row
+# without its payload is the text from there on. The sequence numbers are compared through
+# `->>` on the text with each \u0000 made \u0001: the same length and structure (in an escaped
+# backslash followed by "u0000" too), the members and numbers as they were.
+_NUMBER = "(replace({}.data::text, '\\u0000', '\\u0001')::json ->> '{}')"
 _STRIP = (
-    "UPDATE workflow_history AS h SET data = u.d::json "
-    "FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[]) AS u(w, i, q, d) "
-    "WHERE h.workflow_uid = u.w AND h.instance_id = u.i AND h.seq = u.q"
+    "UPDATE workflow_history AS h "
+    'SET data = regexp_replace(h.data::text, \'^\\{"payload":.*,"sequence":\', \'{"sequence":\')::json '
+    "FROM unnest(%b::text[], %b::text[]) AS u(w, i) "
+    "WHERE h.workflow_uid = u.w AND h.instance_id = u.i AND h.type = 'EventAccepted' "
+    "AND h.data::text LIKE '{\"payload\":%%' AND NOT EXISTS (SELECT 1 FROM workflow_history c "
+    "WHERE c.workflow_uid = h.workflow_uid AND c.instance_id = h.instance_id AND c.type = 'StepAttemptCommitted' "
+    f"AND {_NUMBER.format('c', 'eventSequence')} = {_NUMBER.format('h', 'sequence')})"
 )
-
-
-async def _strip_unmatched(cur: Cursor, ended: list[tuple[str, str]]) -> None:
-    await cur.execute(_ENDED_ROWS, _columns(ended, 2))
-    rows = [(w, i, q, t, loads(d)) for w, i, q, t, d in await cur.fetchall()]
-    consumed = {(w, i, d.get("eventSequence")) for w, i, _, t, d in rows if t == "StepAttemptCommitted"}
-    stripped = [
-        (w, i, q, parsed_canonical({k: v for k, v in d.items() if k != "payload"}))
-        for w, i, q, t, d in rows
-        if t == "EventAccepted" and "payload" in d and (w, i, d.get("sequence")) not in consumed
-    ]
-    if stripped:
-        await cur.execute(_STRIP, _columns(stripped, 4))
 
 
 HISTORY = (
@@ -187,7 +181,7 @@ async def _segment(cur: Cursor, items: list[tuple[Any, int, int]]) -> None:
     ended += [key for key, recs in born.items() if any(_terminal(rec) for rec, _ in recs[1:])]
     if ended:
         # Stripping is idempotent: an instance left out above (applied before) is stripped again alike.
-        await _strip_unmatched(cur, ended)
+        await cur.execute(_STRIP, _columns(ended, 2))
     await control.decided(cur, [rec for rec, _, _ in items if isinstance(rec, r.CommandDecided) and _awaited(rec)])
 
 
