@@ -25,7 +25,7 @@ import psycopg
 
 from sumi.core import codec
 from sumi.core import records as r
-from sumi.core.canonical import loads, parsed_canonical
+from sumi.core.canonical import parsed_canonical
 from sumi.core.times import rfc3339
 from sumi_projections import control
 from sumi_projections.control import ts
@@ -43,16 +43,23 @@ HIDDEN = ("workflowUid", "instanceId", "space", "at", "createdAt", "ownerToken")
 # Set-based statements, one per kind per batch segment (rows as binary arrays, as in
 # sumi_projections.queue): a batch of many instances' step commits is three statements,
 # not one per record (per-record statements held this projection to ~300 records/s).
-_CREATE = (
-    "WITH i AS (INSERT INTO workflow_instances (workflow_uid, instance_id, space, status, created_at, "
-    "updated_at, history_seq, last_offset) SELECT w, i, s, 'queued', a, a, 1, o "
-    "FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[], %b::bigint[]) AS u(w, i, s, a, o) "
+# Instances created in the batch segment: each row written once, as its records leave it (its
+# status, output and error the last a record gave, its history count, its last offset), with all
+# of their history rows; not inserted and then updated once per later record. A purged
+# Workflow's instance is not brought back, and a row already there (a create applied before,
+# hence its later records too: the offsets commit with the rows) is left as it is, history and all.
+_BORN = (
+    "WITH i AS (INSERT INTO workflow_instances (workflow_uid, instance_id, space, status, output, "
+    "error_reason, error_message, created_at, updated_at, history_seq, last_offset) "
+    "SELECT w, i, s, st, o::json, rs, m, c, a, k, lo "
+    "FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], "
+    "%b::timestamptz[], %b::timestamptz[], %b::int[], %b::bigint[]) AS u(w, i, s, st, o, rs, m, c, a, k, lo) "
     "WHERE NOT EXISTS (SELECT 1 FROM workflow_purged p WHERE p.workflow_uid = u.w) "
     "ON CONFLICT (workflow_uid, instance_id) DO NOTHING RETURNING workflow_uid, instance_id) "
     "INSERT INTO workflow_history (workflow_uid, instance_id, seq, type, at, data) "
-    "SELECT u.w, u.i, 1, 'InstanceCreated', u.a, u.d::json "
-    "FROM unnest(%b::text[], %b::text[], %b::timestamptz[], %b::text[]) AS u(w, i, a, d) "
-    "JOIN i ON i.workflow_uid = u.w AND i.instance_id = u.i"
+    "SELECT h.w, h.i, h.n, h.y, h.a, h.d::json FROM unnest(%b::text[], %b::text[], %b::int[], "
+    "%b::text[], %b::timestamptz[], %b::text[]) AS h(w, i, n, y, a, d) "
+    "JOIN i ON i.workflow_uid = h.w AND i.instance_id = h.i"
 )
 # Every other record of an instance: `k` more history rows; status, output and error take the
 # last value a record of the segment gave (a status change), else stay. An instance whose row
@@ -74,32 +81,26 @@ _ADVANCE = (
     "JOIN moved ON moved.w = h.w AND moved.i = h.i"
 )
 
-# WF-25: an instance's events that no step consumed lose their payloads when it ends. Done
-# here, not in SQL: the history is `json` (it must hold the \u0000 escape, which `jsonb`
-# refuses), and `json` has no operators to edit a document with.
-_ENDED_ROWS = (
-    "SELECT h.workflow_uid, h.instance_id, h.seq, h.type, h.data::text FROM workflow_history h "
-    "JOIN unnest(%b::text[], %b::text[]) AS u(w, i) ON h.workflow_uid = u.w AND h.instance_id = u.i "
-    "WHERE h.type IN ('EventAccepted', 'StepAttemptCommitted')"
-)
+# WF-25: an instance's events that no step consumed lose their payloads when it ends, in one
+# statement of the batch's pipeline (nothing read back into Python, no round trip of its own).
+# The history is `json` (it must hold the \u0000 escape, which `jsonb` refuses), and `json` has
+# no operators to edit a document with; its operators also refuse a document holding \u0000.
+# So the edit is on the text: an EventAccepted row's data is canonical, {"payload":…,
+# "sequence":…,"size":…,"type":…} (`_data`), and past the payload the last
+# `,"sequence":` is the member's own (no string escaped canonically holds `,"`): the row
+# without its payload is the text from there on. The sequence numbers are compared through
+# `->>` on the text with each \u0000 made \u0001: the same length and structure (in an escaped
+# backslash followed by "u0000" too), the members and numbers as they were.
+_NUMBER = "(replace({}.data::text, '\\u0000', '\\u0001')::json ->> '{}')"
 _STRIP = (
-    "UPDATE workflow_history AS h SET data = u.d::json "
-    "FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[]) AS u(w, i, q, d) "
-    "WHERE h.workflow_uid = u.w AND h.instance_id = u.i AND h.seq = u.q"
+    "UPDATE workflow_history AS h "
+    'SET data = regexp_replace(h.data::text, \'^\\{"payload":.*,"sequence":\', \'{"sequence":\')::json '
+    "FROM unnest(%b::text[], %b::text[]) AS u(w, i) "
+    "WHERE h.workflow_uid = u.w AND h.instance_id = u.i AND h.type = 'EventAccepted' "
+    "AND h.data::text LIKE '{\"payload\":%%' AND NOT EXISTS (SELECT 1 FROM workflow_history c "
+    "WHERE c.workflow_uid = h.workflow_uid AND c.instance_id = h.instance_id AND c.type = 'StepAttemptCommitted' "
+    f"AND {_NUMBER.format('c', 'eventSequence')} = {_NUMBER.format('h', 'sequence')})"
 )
-
-
-async def _strip_unmatched(cur: Cursor, ended: list[tuple[str, str]]) -> None:
-    await cur.execute(_ENDED_ROWS, _columns(ended, 2))
-    rows = [(w, i, q, t, loads(d)) for w, i, q, t, d in await cur.fetchall()]
-    consumed = {(w, i, d.get("eventSequence")) for w, i, _, t, d in rows if t == "StepAttemptCommitted"}
-    stripped = [
-        (w, i, q, parsed_canonical({k: v for k, v in d.items() if k != "payload"}))
-        for w, i, q, t, d in rows
-        if t == "EventAccepted" and "payload" in d and (w, i, d.get("sequence")) not in consumed
-    ]
-    if stripped:
-        await cur.execute(_STRIP, _columns(stripped, 4))
 
 
 HISTORY = (
@@ -113,26 +114,30 @@ HISTORY = (
 )
 
 
-def history_data(rec: Any) -> dict[str, Any]:
-    """A record's fields as a history row's `data`: absent optionals left out."""
-    data: dict[str, Any] = {}
+def _data(rec: Any) -> str:
+    """A record's fields as a history row's `data`, canonical JSON (absent optionals left out,
+    documents as JSON, times as RFC 3339). Each document goes in as the log holds it: the engine
+    wrote it canonical, so parsing it and encoding it again (most of this projection's Python
+    time per step) gave back the same text. The other members are encoded together, a document's
+    member held by `"name":0`, which nothing else in the text can read as (a key's quotes are
+    never escaped, a string's always are); the documents are put in from the last key back, so
+    none is put inside another."""
+    plain: dict[str, Any] = {}
+    documents: list[tuple[str, str]] = []
     for name in codec.field_names(type(rec)):
         value = getattr(rec, name)
         if name in HIDDEN or value is None:
             continue
         if name in DOCUMENTS:
-            value = loads(value)
+            documents.append((name, value))
+            value = 0
         elif name in TIMES:
             value = rfc3339(value)
-        data[name] = value
-    return data
-
-
-def _data(rec: Any) -> str:
-    # Built from a typed record, its documents parsed from JSON: the C encoder's fast path
-    # answers what the canonical walk would, in a fraction of its time (a step's row was most
-    # of this projection's Python time under load).
-    return parsed_canonical(history_data(rec))
+        plain[name] = value
+    text = parsed_canonical(plain)
+    for name, document in sorted(documents, reverse=True):
+        text = text.replace(f'"{name}":0', f'"{name}":{document}', 1)
+    return text
 
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:
@@ -145,8 +150,8 @@ def _columns(rows: list[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:
 
 async def apply_many(cur: Cursor, records: list[tuple[Any, int, int]]) -> None:
     """One partition's records in log order. Purges cut the batch into segments; inside a
-    segment an instance's InstanceCreated precedes its other records, so all creates go
-    first, then every other record, each kind as one statement."""
+    segment the instances it creates are written whole (`_BORN`), then the others advanced
+    (`_ADVANCE`), each as one statement."""
     segment: list[tuple[Any, int, int]] = []
     for item in records:
         if isinstance(item[0], (r.InstancePurged, r.InstancesPurged)):
@@ -163,13 +168,41 @@ async def apply(cur: Cursor, rec: Any, partition: int, offset: int) -> None:
 
 
 async def _segment(cur: Cursor, items: list[tuple[Any, int, int]]) -> None:
-    creates = [(rec, o) for rec, _, o in items if isinstance(rec, r.InstanceCreated)]
-    if creates:
-        rows = [(c.workflowUid, c.instanceId, c.space, ts(c.createdAt), o) for c, o in creates]
-        history = [(c.workflowUid, c.instanceId, ts(c.createdAt), _data(c)) for c, _ in creates]
-        await cur.execute(_CREATE, (*_columns(rows, 5), *_columns(history, 4)))
-    await _advance(cur, [(rec, o) for rec, _, o in items if isinstance(rec, HISTORY)])
+    born: dict[tuple[str, str], list[tuple[Any, int]]] = {}
+    for rec, _, o in items:
+        if isinstance(rec, r.InstanceCreated):
+            born.setdefault((rec.workflowUid, rec.instanceId), [(rec, o)])  # the first create counts
+    later: list[tuple[Any, int]] = []
+    for rec, _, o in items:
+        if isinstance(rec, HISTORY):
+            mine = born.get((rec.workflowUid, rec.instanceId))
+            if mine is None:
+                later.append((rec, o))
+            elif o > mine[0][1]:  # before its create there was no row to apply it to
+                mine.append((rec, o))
+    await _born(cur, born)
+    ended = await _advance(cur, later)
+    ended += [key for key, recs in born.items() if any(_terminal(rec) for rec, _ in recs[1:])]
+    if ended:
+        # Stripping is idempotent: an instance left out above (applied before) is stripped again alike.
+        await cur.execute(_STRIP, _columns(ended, 2))
     await control.decided(cur, [rec for rec, _, _ in items if isinstance(rec, r.CommandDecided) and _awaited(rec)])
+
+
+async def _born(cur: Cursor, born: dict[tuple[str, str], list[tuple[Any, int]]]) -> None:
+    if not born:
+        return
+    rows = []
+    history = []
+    for (w, i), recs in born.items():
+        c = recs[0][0]
+        created = ts(c.createdAt)
+        history.append((w, i, 1, "InstanceCreated", created, _data(c)))
+        history += [(w, i, n, type(rec).__name__, ts(rec.at), _data(rec)) for n, (rec, _) in enumerate(recs[1:], 2)]
+        status, output, reason, message = _outcome(recs[1:])
+        at = ts(recs[-1][0].at) if len(recs) > 1 else created
+        rows.append((w, i, c.space, status or "queued", output, reason, message, created, at, len(recs), recs[-1][1]))
+    await cur.execute(_BORN, (*_columns(rows, 11), *_columns(history, 6)))
 
 
 def _awaited(rec: r.CommandDecided) -> bool:
@@ -179,9 +212,10 @@ def _awaited(rec: r.CommandDecided) -> bool:
     return rec.kind != "instance.status"
 
 
-async def _advance(cur: Cursor, items: list[tuple[Any, int]]) -> None:
+async def _advance(cur: Cursor, items: list[tuple[Any, int]]) -> list[tuple[str, str]]:
+    """Instances whose rows were there before the segment; gives those that ended."""
     if not items:
-        return
+        return []
     per: dict[tuple[str, str], list[tuple[Any, int]]] = {}
     for rec, offset in items:
         per.setdefault((rec.workflowUid, rec.instanceId), []).append((rec, offset))
@@ -192,18 +226,16 @@ async def _advance(cur: Cursor, items: list[tuple[Any, int]]) -> None:
         for n, (rec, _) in enumerate(recs, start=1)
     ]
     await cur.execute(_ADVANCE, (*_columns(rows, 10), *_columns(history, 6)))
-    # Stripping is idempotent: an instance left out above (applied before) is stripped again alike.
-    ended = [key for key, recs in per.items() if any(_terminal(rec) for rec, _ in recs)]
-    if ended:
-        await _strip_unmatched(cur, ended)
+    return [key for key, recs in per.items() if any(_terminal(rec) for rec, _ in recs)]
 
 
 def _terminal(rec: Any) -> bool:
     return isinstance(rec, r.InstanceStatusChanged) and rec.status in ("complete", "errored", "terminated")
 
 
-def _advanced(key: tuple[str, str], recs: list[tuple[Any, int]]) -> tuple[Any, ...]:
-    """One instance's row change for its records of a segment (in log order)."""
+def _outcome(recs: list[tuple[Any, int]]) -> tuple[str | None, str | None, str | None, str | None]:
+    """Status, output, error reason and message as an instance's records (in log order) leave
+    them; None: as they were."""
     status = output = reason = message = None
     for rec, _ in recs:
         if isinstance(rec, r.InstanceStatusChanged):
@@ -211,8 +243,13 @@ def _advanced(key: tuple[str, str], recs: list[tuple[Any, int]]) -> tuple[Any, .
             output = rec.output if rec.output is not None else output
             reason = rec.errorReason if rec.errorReason is not None else reason
             message = rec.errorMessage if rec.errorMessage is not None else message
+    return status, output, reason, message
+
+
+def _advanced(key: tuple[str, str], recs: list[tuple[Any, int]]) -> tuple[Any, ...]:
+    """One instance's row change for its records of a segment (in log order)."""
     last = recs[-1][0]
-    return (*key, len(recs), recs[0][1], recs[-1][1], ts(last.at), status, output, reason, message)
+    return (*key, len(recs), recs[0][1], recs[-1][1], ts(last.at), *_outcome(recs))
 
 
 async def _purge(cur: Cursor, rec: Any) -> None:

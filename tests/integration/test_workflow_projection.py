@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from sumi.core import records as r
+from sumi.core.canonical import parsed_canonical
 from sumi_projections import workflow
 from sumi_projections.control import ts
 
@@ -135,3 +136,76 @@ async def test_a_decision_comes_in_its_notification(cur: psycopg.AsyncCursor[Any
     whole = [json.loads(n) for n in notes if n.startswith("{")]
     assert whole == [stored["wfc_x"]] and whole[0]["result"] == {"id": "a", "n": [1, 2.5]}
     assert sorted(n for n in notes if not n.startswith("{")) == ["wfc_big", "wfc_x"]
+
+
+IGNORED = 'ignored ,"sequence":\x00 "\u00e9\n\u2028'  # a type whose canonical text escapes some of it
+# Payloads with what the history's text edit must see through: the member names it looks for,
+# NUL (\u0000, which Postgres's json operators refuse) and an escaped backslash before "u0000".
+TRICKY = {"a": {"b": 1, "sequence": 5}, "x": "\x00", "y": "\\u0000"}
+
+
+def busy_log() -> list[Any]:
+    """Instance a's whole life with an unmatched event, b's create and two steps, c advanced from
+    rows written before (created in `settled`), interleaved as the engine's commits are."""
+    log: list[Any] = [created("a"), created("b", at=T0 + 1), status("c", "running", T0 + 1)]
+    log += [r.InstanceContextStarted(W, "a", "tok", "ver_1", 1, T0 + 2), status("a", "running", T0 + 2)]
+    log += [r.EventAccepted(W, "a", 1, "approved", 12, T0 + 3, payload=parsed_canonical({"by": "me", **TRICKY}))]
+    log += [r.EventAccepted(W, "a", 2, IGNORED, 14, T0 + 3, payload=parsed_canonical(TRICKY))]
+    for n in range(12):
+        log += [step("a", T0 + 4 + n), step("b", T0 + 4 + n) if n < 2 else step("c", T0 + 4 + n)]
+    log += [
+        r.StepAttemptCommitted(
+            W, "a", "wait", "wait", 1, True, True, T0 + 20, result=parsed_canonical(TRICKY), eventSequence=1
+        ),
+        r.SleepScheduled(W, "a", "nap", T0 + 99, "tok", T0 + 21),
+        status("a", "sleeping", T0 + 21),
+        status("a", "running", T0 + 99),
+        status("c", "errored", T0 + 30, errorReason="step_failed", errorMessage="no"),
+        status("a", "complete", T0 + 100, output='{"rows":3}'),
+    ]
+    return log
+
+
+async def read_model(cur: psycopg.AsyncCursor[Any]) -> list[list[tuple[Any, ...]]]:
+    return [
+        await rows(cur, "SELECT * FROM workflow_instances ORDER BY instance_id"),
+        await rows(
+            cur, "SELECT workflow_uid, instance_id, seq, type, at, data::text FROM workflow_history ORDER BY 2, 3"
+        ),
+        await rows(cur, "SELECT * FROM workflow_counts ORDER BY status"),
+    ]
+
+
+WRITES = "SELECT n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables WHERE relid = 'workflow_instances'::regclass"
+
+
+async def test_a_batch_lands_as_its_records_one_by_one(cur: psycopg.AsyncCursor[Any]) -> None:
+    # WF-21, WF-25, WF-9: one batch with many updates of one instance writes each instance's
+    # row once (the last state in log order wins) and keeps every history row, exactly as the
+    # same records applied one at a time.
+    settled = [(created("c"), 0, 0)]
+    log = [(rec, 0, o) for o, rec in enumerate(busy_log(), start=1)]
+    for rec, p, o in [*settled, *log]:
+        await workflow.apply(cur, rec, p, o)
+    one_by_one = await read_model(cur)
+    for table in ("workflow_history", "workflow_instances", "workflow_counts"):
+        await cur.execute(f"DELETE FROM {table}")  # type: ignore[arg-type]
+    await workflow.apply_many(cur, settled)
+    async with cur.connection.transaction():  # the backend's counts of row writes not yet reported
+        before = await rows(cur, WRITES)
+        await workflow.apply_many(cur, log)
+        after = await rows(cur, WRITES)
+    assert await read_model(cur) == one_by_one
+    assert (after[0][0] - before[0][0], after[0][1] - before[0][1]) == (2, 1)  # a and b inserted whole, c updated once
+    assert [i[1:4] for i in one_by_one[0]] == [
+        ("a", "demo", "complete"),
+        ("b", "demo", "queued"),
+        ("c", "demo", "errored"),
+    ]
+    assert len(one_by_one[1]) == len(busy_log()) + 1  # every record a history row, and c's create
+    events = [d for *_, y, _, d in one_by_one[1] if y == "EventAccepted"]
+    # the consumed event keeps its payload; the other's row is what the record without it would give
+    assert events == [
+        parsed_canonical({"payload": {"by": "me", **TRICKY}, "sequence": 1, "size": 12, "type": "approved"}),
+        parsed_canonical({"sequence": 2, "size": 14, "type": IGNORED}),
+    ]
