@@ -1,11 +1,12 @@
 """The gateway's connections: a Postgres pool for reads, a Kafka producer for appends, the
-listener its requests learn their decisions from (`_decisions`), and a reader of the queue log
-for the bodies a peek shows (started at the first such peek).
+listener and the instance log reader its requests learn their decisions from (`_decisions`,
+`_logdecisions`), and a reader of the queue log for the bodies a peek shows (started at the
+first such peek).
 
 All are opened by the app's lifespan and reached through `backend(request)`; nothing
-else in the gateway holds a connection. The state it keeps: `Written`, where its own
-latest queue sends landed, so a read after them waits for the projection; and `Lookups`,
-the rows every request looks up, until they change.
+else in the gateway holds a connection. The state it keeps: `Written` and `Positions`, where
+its own latest queue sends and workflow decisions landed, so a read after them waits for the
+projection; and `Lookups`, the rows every request looks up, until they change.
 """
 
 import asyncio
@@ -27,7 +28,9 @@ from sumi.core.problems import Problem
 from sumi.core.topics import MAX_RECORD_BYTES, Location, partition_for
 from sumi.gateway._backlog import Backlog
 from sumi.gateway._decisions import Decisions
+from sumi.gateway._logdecisions import LogDecisions
 from sumi.gateway._lookups import Lookups
+from sumi.gateway._positions import Positions
 
 log = logging.getLogger("sumi.gateway")
 
@@ -61,12 +64,14 @@ class Backend:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.written = Written()
+        self.positions = Positions()  # where the workflow decisions it answered lie (`_positions`)
         self._pool: AsyncConnectionPool | None = None
         self._producer: AIOKafkaProducer | None = None
         self._bodies: BodyReader | None = None
         self._bodies_opening = asyncio.Lock()
         self.lookups = Lookups()
         self.decisions = Decisions(settings, self._decided, self.lookups)
+        self.log_decisions = LogDecisions(settings, self.decisions)
         self.backlog = Backlog(settings.workflow_queued_max, self._queued)
 
     async def start(self, kafka_wait: float = 30.0) -> None:
@@ -85,9 +90,11 @@ class Backend:
         self.decisions.start()
         self.backlog.start()
         self._producer = await _start_producer(s, kafka_wait)
+        await self.log_decisions.start(kafka_wait)  # before the first request: none is missed
 
     async def stop(self) -> None:
         await self.backlog.stop()
+        await self.log_decisions.stop()
         await self.decisions.stop()
         if self._bodies is not None:
             await kafka.stop(self._bodies.consumer)

@@ -5,7 +5,9 @@ The gateway decides nothing that needs state: it builds the typed command
 processor's `CommandDecided`, which a projection writes to the `decisions` table
 (with the read-model rows it answers for, in the same transaction) and announces
 with a notification (`_decisions`): the answer comes when the row does, with no
-polling, and a read after it sees what it decided. No decision in time is
+polling, and a read after it sees what it decided. The workflow engine's decisions
+come straight from its log (`_logdecisions`) instead, and a read after one waits
+for the projection to get there (`_positions`). No decision in time is
 `503 backend_unavailable`; the client retries with the same Idempotency-Key and
 gets the same decision.
 """
@@ -23,6 +25,7 @@ from sumi.core.codec import encode
 from sumi.core.ids import new_ulid
 from sumi.core.problems import Problem
 from sumi.core.records import CommandSubmitted
+from sumi.core.topics import Location
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller
 from sumi.gateway._backend import Backend, Row, backend
@@ -46,6 +49,7 @@ class Decision:
     operation_id: str | None
     problem: dict[str, Any] | None
     result: Any
+    position: Location | None = None  # where a decision read from the instance log lies (`_positions`)
 
 
 def command_record(sub: Submission, caller: Caller, command_id: str) -> CommandSubmitted:
@@ -73,8 +77,9 @@ async def decide(request: Request, caller: Caller, command: Submission) -> Decis
 async def request_reply(
     db: Backend, topic: str, key: str, record: CommandSubmitted, may_be_decided: bool = False
 ) -> Decision:
-    """Append a command to `topic` under `key` and wait for the decision its processor
-    writes to the `decisions` table (the control processor, the workflow engine).
+    """Append a command to `topic` under `key` and wait for its decision: the `decisions` row
+    its processor's projection writes, or, for the workflow engine, its record on the instance
+    log, whichever comes first.
 
     `may_be_decided`: the command ID is derived (an Idempotency-Key), so an earlier try may
     have been decided already, its notification gone before this request listened; the row
@@ -96,7 +101,9 @@ async def request_reply(
 
 
 def as_decision(row: Row) -> Decision:
-    return Decision(row["accepted"], row["status"], row["operation_id"], row["problem"], row["result"])
+    return Decision(
+        row["accepted"], row["status"], row["operation_id"], row["problem"], row["result"], row.get("position")
+    )
 
 
 async def respond(request: Request, decision: Decision) -> Response:

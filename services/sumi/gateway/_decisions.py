@@ -1,5 +1,7 @@
 """Decisions pushed to the gateway: Postgres notifications, not polling (docs/decisions.md).
-The same connection hears the changes of the rows `_lookups` keeps.
+The same connection hears the changes of the rows `_lookups` keeps. The workflow engine's
+decisions come sooner from its log (`_logdecisions`), which resolves the same waiting
+requests; this is how every other decision comes, and the fallback for what that log cannot give.
 
 A projection that writes a `decisions` row also notifies `sumi_decided_<schema>`, in the
 same transaction, so the notification arrives exactly when the row (and the read-model rows
@@ -66,6 +68,9 @@ class Decisions:
         fut.add_done_callback(lambda f: self._forget(command_id, f))
         return fut
 
+    def waits_for(self, command_id: str) -> bool:
+        return command_id in self.waiting
+
     def _forget(self, command_id: str, fut: "asyncio.Future[Row]") -> None:
         futures = self.waiting.get(command_id)
         if futures is not None and fut in futures:
@@ -110,11 +115,11 @@ class Decisions:
         # A decision the projection inserted comes whole (the row as `fetch` returns it): no
         # read. One too large for a notification, or decided before, comes as its ID.
         if payload.startswith("{"):
-            self._resolve([json.loads(payload)])
+            self.resolve([json.loads(payload)])
         else:
             self._notify(payload.split(","))
 
-    def _resolve(self, rows: list[Row]) -> None:
+    def resolve(self, rows: list[Row]) -> None:
         for row in rows:
             for fut in list(self.waiting.get(row["command_id"], ())):
                 if not fut.done():
@@ -141,4 +146,4 @@ class Decisions:
                 await asyncio.sleep(0.1)
                 self._wake.set()
                 continue
-            self._resolve(rows)
+            self.resolve(rows)

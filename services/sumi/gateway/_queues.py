@@ -104,7 +104,7 @@ async def _read_your_writes(db: Backend, queue_uid: str) -> None:
     topic = db.settings.topic("queue")
 
     async def caught_up() -> bool | None:
-        next_offset = await reads.queue_projection_offset(db, topic, partition)
+        next_offset = (await reads.projection_offsets(db, "queue", topic, [partition])).get(partition)
         return True if next_offset is not None and next_offset > offset else None
 
     if await poll(caught_up, db.settings.decision_timeout, first=0.002, cap=0.02) is None:

@@ -136,13 +136,14 @@ async def known_messages(db: Backend, message_ids: list[str]) -> set[str]:
     return {row["message_id"] for row in rows}
 
 
-async def queue_projection_offset(db: Backend, topic: str, partition: int) -> int | None:
-    """The next offset the queue projection will apply on one partition (None: none applied yet)."""
-    row = await db.fetchone(
-        "SELECT next_offset FROM projection_offsets WHERE projection = 'queue' AND topic = %s AND partition = %s",
-        (topic, partition),
+async def projection_offsets(db: Backend, projection: str, topic: str, partitions: list[int]) -> dict[int, int]:
+    """The next offset a projection will apply, per partition (a partition it applied nothing of is left out)."""
+    rows = await db.fetchall(
+        "SELECT partition, next_offset FROM projection_offsets WHERE projection = %s AND topic = %s "
+        "AND partition = ANY(%s)",
+        (projection, topic, partitions),
     )
-    return None if row is None else int(row["next_offset"])
+    return {int(row["partition"]): int(row["next_offset"]) for row in rows}
 
 
 # The live messages only, through the partial index of exactly those: settled rows stay for

@@ -3,8 +3,11 @@ Caller Binding (WF-18..27).
 
 Writes (create, events, terminate) are typed workflow commands appended to
 `<prefix>.workflow.commands` under the instance key; the engine that owns the key
-decides, and its `CommandDecided` comes back through the `decisions` table
-(request–reply, as for Resources). Reads come from the workflow read models.
+decides, and its `CommandDecided` comes back from the instance log as soon as the engine's
+transaction commits (`_logdecisions`; the `decisions` table where the log cannot give it).
+Reads come from the workflow read models; a read of an instance written through this gateway,
+or with the `Sumi-Position` its write's answer gave, first waits for the projection to have
+applied that write (`_positions`).
 
 - Instance IDs may hold any Unicode scalar values, "/" included, percent-encoded in
   the path. `InstancePaths` routes on the raw path: every segment is decoded on its
@@ -31,12 +34,15 @@ from sumi.control.forms.durable_workflow import STATUSES
 from sumi.core.ids import new_ulid
 from sumi.core.problems import Problem
 from sumi.core.times import rfc3339
+from sumi.core.topics import instance_key
+from sumi.gateway import _positions as positions
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller, authorize
 from sumi.gateway._backend import Row, backend
 from sumi.gateway._commands import as_decision, request_reply, respond
 from sumi.gateway._json import DocumentResponse, check_object, fingerprint, idempotency_key, parse_json, read_body
 from sumi.gateway._query import choice_param, int_param
+from sumi.gateway._readafter import read_after
 from sumi.gateway._routing import route
 from sumi.workflow._documents import MAX_DOCUMENT_BYTES, is_name
 from sumi.workflow.commands import (
@@ -142,7 +148,12 @@ async def _command(request: Request, caller: Caller, command: WorkflowCommand, b
         fingerprint=bound,
     )
     decision = await request_reply(db, "workflow.commands", key_of(command), record, may_be_decided=key is not None)
-    return await respond(request, decision)
+    response = await respond(request, decision)
+    if decision.position is not None:
+        db.positions.note(key_of(command), decision.position)
+        db.positions.note(command.workflow_uid, decision.position)  # for the list of its instances
+        response.headers.update(positions.header(decision.position))
+    return response
 
 
 async def create_instance(request: Request) -> Response:
@@ -185,6 +196,7 @@ async def terminate_instance(request: Request) -> Response:
 async def get_instance(request: Request) -> Response:
     _, uid = await workflow_uid(request, write=False)
     iid = instance_id(request)
+    await read_after(request, backend(request), instance_key(uid, iid))
     row = await reads.instance(backend(request), uid, iid)
     if row is None:
         raise Problem("unknown_instance", f"no instance {iid!r} of this Workflow")  # WF-20
@@ -210,6 +222,7 @@ async def list_instances(request: Request) -> Response:
     limit = int_param(request, "limit", 100, 1, 100)
     cursor = request.query_params.get("cursor")
     after = decode_cursor(cursor) if cursor else None
+    await read_after(request, backend(request), uid)
     rows = await reads.instances(backend(request), uid, status, after, limit + 1)
     items = [
         {
@@ -227,6 +240,7 @@ async def list_instances(request: Request) -> Response:
 async def instance_history(request: Request) -> Response:
     _, uid = await workflow_uid(request, write=False)
     iid = instance_id(request)
+    await read_after(request, backend(request), instance_key(uid, iid))
     rows = await reads.history(backend(request), uid, iid)
     if not rows:  # an instance's history starts with its InstanceCreated
         raise Problem("unknown_instance", f"no instance {iid!r} of this Workflow")

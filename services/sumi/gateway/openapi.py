@@ -325,6 +325,21 @@ INSTANCE = param("id", "path", INSTANCE_ID, description="percent-encoded; any Un
 IDEMPOTENCY_INSTANCE = param(
     "Idempotency-Key", "header", KEY_SCHEMA, description="a replay returns the first answer and appends nothing"
 )
+# A workflow command's answer says where its decision lies; a read sent with it waits for the read side.
+POSITION_SCHEMA = {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}
+POSITION = {
+    "Sumi-Position": {
+        "schema": POSITION_SCHEMA,
+        "description": "<partition>-<offset> of the decision on the instance log; send it back on a read "
+        "(any gateway) to see this write",
+    }
+}
+READ_AFTER = param(
+    "Sumi-Position",
+    "header",
+    POSITION_SCHEMA,
+    description="a write's answer's position: the read waits (at most 2 s, then 503) until the read side has it",
+)
 INSTANCE_ERRORS = (
     "invalid_request",
     "forbidden",
@@ -474,7 +489,7 @@ PATHS: dict[str, dict[str, Any]] = {
     INSTANCES: {
         "post": operation(
             "Create a workflow instance",
-            answer(201, "InstanceStatus", "created (normally queued)"),
+            answer(201, "InstanceStatus", "created (normally queued)", POSITION),
             *INSTANCE_ERRORS,
             "instance_exists",
             "invalid_params",
@@ -495,6 +510,7 @@ PATHS: dict[str, dict[str, Any]] = {
                 param("status", "query", INSTANCE_STATUS),
                 param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100, "default": 100}),
                 param("cursor", "query", {"type": "string"}),
+                READ_AFTER,
             ],
         ),
     },
@@ -506,13 +522,13 @@ PATHS: dict[str, dict[str, Any]] = {
             "not_found",
             "unknown_instance",
             "backend_unavailable",
-            params=[SPACE, WORKFLOW, INSTANCE],
+            params=[SPACE, WORKFLOW, INSTANCE, READ_AFTER],
         ),
     },
     INSTANCES + "/{id}/events": {
         "post": operation(
             "Send an event to an instance",
-            answer(202, "EventSequence", "durably accepted, in the instance's acceptance order"),
+            answer(202, "EventSequence", "durably accepted, in the instance's acceptance order", POSITION),
             *INSTANCE_ERRORS,
             "unknown_instance",
             "instance_terminal",
@@ -526,7 +542,7 @@ PATHS: dict[str, dict[str, Any]] = {
     INSTANCES + "/{id}/terminate": {
         "post": operation(
             "Terminate an instance (answers once its context has stopped)",
-            answer(200, "InstanceStatus", "terminated, or the terminal status it already had"),
+            answer(200, "InstanceStatus", "terminated, or the terminal status it already had", POSITION),
             *INSTANCE_ERRORS,
             "unknown_instance",
             params=[SPACE, WORKFLOW, INSTANCE, IDEMPOTENCY_INSTANCE],
@@ -540,7 +556,7 @@ PATHS: dict[str, dict[str, Any]] = {
             "not_found",
             "unknown_instance",
             "backend_unavailable",
-            params=[SPACE, WORKFLOW, INSTANCE],
+            params=[SPACE, WORKFLOW, INSTANCE, READ_AFTER],
         ),
     },
     "/v2/spaces/{space}/workers/{worker}/logs": {

@@ -1,10 +1,11 @@
 """A gateway killed between the append and the answer: the retry gets the same decision.
 
-The decision reaches a gateway as a notification from the projection that writes it
-(sumi.gateway._decisions). The projections are held down so the window between the
-durable append and the answer stays open; the gateway is SIGKILLed inside it, restarts,
-and the client retries with its Idempotency-Key: it gets the first decision (the same
-instance, the same Operation), and the log holds one decision, not two.
+A Resource's decision reaches a gateway as a notification from the projection that writes it
+(sumi.gateway._decisions), a workflow command's from the instance log (sumi.gateway._logdecisions).
+What decides or announces the decision (the projections, the workflow engine) is held down so the
+window between the durable append and the answer stays open; the gateway is SIGKILLed inside
+it, restarts, and the client retries with its Idempotency-Key: it gets the first decision (the
+same instance, the same Operation), and the log holds one decision, not two.
 """
 
 import asyncio
@@ -68,11 +69,13 @@ async def _appended(host: Host, topic: str, idempotency_key: str, timeout: float
     raise AssertionError(f"no command with key {idempotency_key} on {topic}")
 
 
-async def _kill_gateway_inside_the_window(host: Host, post: Any, topic: str, idempotency_key: str) -> Any:
-    """Hold the projections, start the request, kill the gateway once its command is durable,
-    then retry (the projections released a moment later): the retry's answer."""
+async def _kill_gateway_inside_the_window(
+    host: Host, post: Any, topic: str, idempotency_key: str, held: str = "projections"
+) -> Any:
+    """Hold a service, start the request, kill the gateway once its command is durable,
+    then retry (the service released a moment later): the retry's answer."""
     sup = host.supervisor
-    await asyncio.to_thread(sup.hold, "projections")
+    await asyncio.to_thread(sup.hold, held)
     try:
         first = asyncio.create_task(post())
         await _appended(host, topic, idempotency_key)
@@ -82,7 +85,7 @@ async def _kill_gateway_inside_the_window(host: Host, post: Any, topic: str, ide
         retry = asyncio.create_task(_retry(post))
         await asyncio.sleep(1.0)  # the retry waits for the decision made before the crash
     finally:
-        sup.release("projections")
+        sup.release(held)
     return await retry
 
 
@@ -113,7 +116,9 @@ async def test_a_workflow_create_retried_after_a_gateway_crash_gets_the_first_de
         async def post() -> httpx.Response:
             return await client.post(path, headers={**api.h, "Idempotency-Key": idem}, json={"params": {"n": 1}})
 
-        resp = await _kill_gateway_inside_the_window(own_host, post, own_host.settings.topic("workflow.commands"), idem)
+        # The engine held: the decision is made only after the first gateway died (WF-18).
+        commands = own_host.settings.topic("workflow.commands")
+        resp = await _kill_gateway_inside_the_window(own_host, post, commands, idem, held="workflow")
         assert resp.status_code == 201, resp.text
         iid = resp.json()["id"]
         again = await post()  # and once more, now that everything is up: still the same
