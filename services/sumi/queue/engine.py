@@ -420,18 +420,19 @@ class Engine:
             await kafka.started(stack, member)
             self.partitions.subscribe()
             try:
-                await asyncio.gather(
-                    self.partitions.follow(self.wake.set),
-                    self.schedule(),
-                    kafka.follow(control_reader, self._fold_control, self.wake.set),
-                    self.workflows.run(),
-                    exporter.export(
-                        self.settings,
-                        "queue",
-                        self.registry,
-                        lambda: self.plumbing.refresh(self.runtimes, [member, control_reader]),
-                    ),
-                )
+                async with asyncio.TaskGroup() as loops:  # one loop failing ends them all: the engine ends
+                    loops.create_task(self.partitions.follow(self.wake.set))
+                    loops.create_task(self.schedule())
+                    loops.create_task(kafka.follow(control_reader, self._fold_control, self.wake.set))
+                    loops.create_task(self.workflows.run())
+                    loops.create_task(
+                        exporter.export(
+                            self.settings,
+                            "queue",
+                            self.registry,
+                            lambda: self.plumbing.refresh(self.runtimes, [member, control_reader]),
+                        )
+                    )
             finally:
                 for run in list(self.runs.values()):
                     run.stop()
