@@ -47,7 +47,7 @@ from sumi.core.membership import Membership
 from sumi.core.outbox import Outbox
 from sumi.core.records import Record
 from sumi.core.topics import partition_for
-from sumi.engines.snapshots import Snapshots, snapshot_due
+from sumi.engines.snapshots import Snapshots
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,6 @@ class Partitions:
         # `snapshots` names the engine's snapshot topic (<prefix>.<snapshots>.snapshots); "" = none.
         self.snapshots = Snapshots(settings, snapshots) if snapshots and settings.snapshot_records > 0 else None
         self.since: dict[int, int] = {}  # owned partition -> records folded since its snapshot
-        self.held: dict[int, int] = {}  # owned partition -> items its latest snapshot held
         self.folded_at: dict[int, float] = {}  # owned partition -> when it last folded a record
         self.taking: asyncio.Task[None] | None = None  # folding the partitions just assigned
         self.producers = PartitionProducers(settings, name, turns=2, linger_ms=0)
@@ -196,7 +195,6 @@ class Partitions:
 
     async def _restore(self, reader: AIOKafkaConsumer, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Each partition's latest snapshot into the state; where to fold the log from."""
-        self.held = {}
         if self.snapshots is None or not tps:
             return {}
         if self.snapshots.producer is None:
@@ -222,20 +220,19 @@ class Partitions:
             except Exception:
                 log.exception("%s: restoring partition %d failed; folding every partition", self.name, tp.partition)
                 self.owner.reset()
-                self.held = {}
                 return {}
             starts[tp] = snapshot.header.covers
-            self.held[tp.partition] = snapshot.header.entries
+            self.snapshots.restored(tp.partition, snapshot.header.entries)
         log.info("%s: restored %d snapshots, folding the log after them", self.name, len(starts))
         return starts
 
     # ---- snapshots -----------------------------------------------------------------------------
 
     def _due(self, partition: int) -> bool:
-        if self.snapshots is None or partition in self.snapshots.writing:
+        if self.snapshots is None:
             return False
         quiet_for = asyncio.get_running_loop().time() - self.folded_at.get(partition, 0.0)
-        return snapshot_due(self.since.get(partition, 0), self.held.get(partition, 0), quiet_for, self.settings)
+        return self.snapshots.due(partition, self.since.get(partition, 0), quiet_for)
 
     def _quiet(self, partition: int) -> bool:
         """Whether the state is the fold of the partition's log up to where it has been read."""
@@ -249,7 +246,6 @@ class Partitions:
         snapshot_id = ids.new_ulid()
         chunks, entries = self.owner.capture(partition, snapshot_id)  # now: the next fold changes it
         self.since[partition] = 0
-        self.held[partition] = entries
         self.snapshots.write_soon(partition, covers, snapshot_id, chunks, entries)
 
     def _snapshot_quiet(self) -> None:

@@ -84,6 +84,18 @@ class Snapshots:
         # Per partition: the chunk keys the next header supersedes (tombstoned after it).
         self.superseded: dict[int, list[bytes]] = {}
         self.writing: dict[int, asyncio.Task[None]] = {}  # partition -> its snapshot being written
+        self.held: dict[int, int] = {}  # partition -> items its latest snapshot held
+
+    def due(self, partition: int, grown: int, quiet_for: float = 0.0) -> bool:
+        """Whether a partition whose log grew by `grown` records since its latest snapshot, and
+        which folded nothing for `quiet_for` seconds, is due one (`snapshot_due`); never while
+        one of it is being written."""
+        if partition in self.writing:
+            return False
+        return snapshot_due(grown, self.held.get(partition, 0), quiet_for, self.settings)
+
+    def restored(self, partition: int, entries: int) -> None:
+        self.held[partition] = entries
 
     async def start(self) -> None:
         self.producer = kafka.new_producer(self.settings, linger_ms=5)
@@ -219,6 +231,7 @@ class Snapshots:
             except Exception:
                 log.exception("%s: writing the snapshot of partition %d failed", self.engine, partition)
 
+        self.held[partition] = entries
         task = asyncio.create_task(write())
         self.writing[partition] = task
         task.add_done_callback(lambda _: self.writing.pop(partition, None))

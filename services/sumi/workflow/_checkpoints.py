@@ -21,7 +21,7 @@ from sumi.core import ids, sealing
 from sumi.core.config import Settings
 from sumi.core.records import WorkflowSnapshotChunk
 from sumi.core.topics import partition_for
-from sumi.engines.snapshots import Snapshots, snapshot_due
+from sumi.engines.snapshots import Snapshots
 from sumi.workflow import _snapshot as snapshot
 from sumi.workflow._intake import REMEMBERED_COMMANDS
 from sumi.workflow._state import Instance
@@ -48,7 +48,6 @@ class Checkpoints:
         self.store = Snapshots(settings, "workflow") if settings.snapshot_records > 0 else None
         self.covered: dict[int, int] = {}  # partition -> the offset the table is the fold up to, when idle
         self.taken: dict[int, int] = {}  # partition -> what its latest snapshot covers
-        self.held: dict[int, int] = {}  # partition -> instances its latest snapshot held
         # The latest decided command IDs of each partition: a command read again after a restart
         # (its group offset not yet committed) is decided once, though its decision lies before
         # the snapshot.
@@ -93,7 +92,7 @@ class Checkpoints:
                     self.table.remember(command_id)
                     self.remember_in(tp.partition, command_id)
             starts[tp] = self.taken[tp.partition] = got.header.covers
-            self.held[tp.partition] = got.header.entries
+            self.store.restored(tp.partition, got.header.entries)
         log.info("workflow engine: restored %d snapshots, folding the log after them", len(starts))
         return starts
 
@@ -119,7 +118,7 @@ class Checkpoints:
         if self.store is None or self.store.writing:
             return
         for p, covers in self.covered.items():
-            if snapshot_due(covers - self.taken.get(p, 0), self.held.get(p, 0), 0.0, self.settings):
+            if self.store.due(p, covers - self.taken.get(p, 0)):
                 self._take(p, covers)
                 return
 
@@ -133,6 +132,6 @@ class Checkpoints:
             list(self.decided.get(partition, ())),
             snapshot_id,
         )
-        self.taken[partition], self.held[partition] = covers, entries
+        self.taken[partition] = covers
         assert self.store is not None
         self.store.write_soon(partition, covers, snapshot_id, list(chunks), entries)
