@@ -5,8 +5,9 @@ import asyncio
 from sumi.core.config import Settings
 from sumi.core.keyreader import KeyReader
 from sumi_projections import _prune, control, quarantine, queue, workflow
+from sumi_projections import _prune as prune
 from sumi_projections._migrate import drop, migrate
-from sumi_projections._runner import ProjectionRunner, run_all
+from sumi_projections._runner import Collected, ProjectionRunner, run_all
 
 
 def runners(settings: Settings) -> list[ProjectionRunner]:
@@ -23,4 +24,4 @@ async def serve(settings: Settings) -> None:
     await asyncio.gather(run_all(runners(settings)), _prune.every(settings))
 
 
-__all__ = ["ProjectionRunner", "drop", "migrate", "run_all", "runners"]
+__all__ = ["Collected", "ProjectionRunner", "drop", "migrate", "prune", "run_all", "runners"]

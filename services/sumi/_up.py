@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING
 
 from sumi._signals import Stopped, StopSignals
 from sumi.core.config import Settings
-from sumi.infra import KafkaBroker, KafkaCluster, PostgresServer
-from sumi.infra._ports import port_taken
+from sumi.infra import KafkaBroker, KafkaCluster, PostgresServer, port_taken
 
 Part = KafkaBroker | KafkaCluster | PostgresServer
 

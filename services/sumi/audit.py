@@ -24,8 +24,7 @@ import psycopg
 from sumi.core import codec, kafka, pgtext
 from sumi.core import records as r
 from sumi.core.config import Settings
-from sumi_projections import _prune, drop, migrate, runners
-from sumi_projections._runner import Collected
+from sumi_projections import Collected, drop, migrate, prune, runners
 
 # Bookkeeping, not folds of the log: how far each projection and prune pass got, and when.
 SKIP = {"projection_offsets", "projection_status", "schema_version", "prune_marks"}
@@ -56,8 +55,8 @@ async def replay_and_compare(settings: Settings, timeout: float = 120.0) -> Audi
             timeout,
         )
         # The topics still hold what the live side has pruned: the rebuild is pruned to the same marks.
-        async with _prune.paused(settings):
-            await _prune.like(settings, settings.db_schema, replay.db_schema)
+        async with prune.paused(settings):
+            await prune.like(settings, settings.db_schema, replay.db_schema)
             differences = await _differences(settings, settings.db_schema, replay.db_schema)
         return Audit(differences, sink.records)
     finally:

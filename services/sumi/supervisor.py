@@ -27,7 +27,7 @@ import httpx
 from sumi._lifeline import ENV
 from sumi.core.backoff import Backoff
 from sumi.core.config import Settings
-from sumi.infra._watched import Watched
+from sumi.infra import Watched
 from sumi.services import SERVICE_ENTRIES
 
 

@@ -11,5 +11,8 @@ if sys.argv[1:2] == ["serve"]:  # before the imports below: a stop while they ru
     exit_quietly_on_stop()
 
 from sumi.cli._app import app, main  # noqa: E402
+from sumi.cli._apply import apply_files  # noqa: E402
+from sumi.cli._client import Host  # noqa: E402
+from sumi.cli._state import Globals  # noqa: E402
 
-__all__ = ["app", "main"]
+__all__ = ["Globals", "Host", "app", "apply_files", "main"]

@@ -11,7 +11,7 @@ command, so it lies past that end: none passes a waiting request by. Any number 
 read side by side, each for the requests it holds.
 
 Nearly all the log holds is steps: a record is taken for a decision by its schema fingerprint
-and its command ID read from its bytes (`sumi.workflow._replies`); only a decision someone here
+and its command ID read from its bytes (`sumi.workflow.replies`); only a decision someone here
 waits for is decoded. The answer carries where the decision lies (partition, offset), so a read
 after it can wait for the projection to get there (`_positions`) without the write waiting.
 
@@ -35,7 +35,7 @@ from sumi.core import codec, kafka
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.gateway._decisions import Decisions
-from sumi.workflow._replies import DECIDED_FP, command_id_of
+from sumi.workflow.replies import DECIDED_FP, command_id_of
 
 log = logging.getLogger("sumi.gateway")
 

@@ -44,7 +44,7 @@ from sumi.gateway._json import DocumentResponse, check_object, fingerprint, idem
 from sumi.gateway._query import choice_param, int_param
 from sumi.gateway._readafter import read_after
 from sumi.gateway._routing import route
-from sumi.workflow._documents import MAX_DOCUMENT_BYTES, is_name
+from sumi.workflow import MAX_DOCUMENT_BYTES, is_name
 from sumi.workflow.commands import (
     UNSET,
     CreateInstance,

@@ -5,7 +5,8 @@ Used by `sumi up` and by the test fixtures on machines without a Docker engine.
 
 from sumi.infra._cluster import KafkaCluster
 from sumi.infra._kafka import KafkaBroker
-from sumi.infra._ports import free_port
+from sumi.infra._ports import free_port, port_taken
 from sumi.infra._postgres import PostgresServer
+from sumi.infra._watched import Watched
 
-__all__ = ["KafkaBroker", "KafkaCluster", "PostgresServer", "free_port"]
+__all__ = ["KafkaBroker", "KafkaCluster", "PostgresServer", "Watched", "free_port", "port_taken"]

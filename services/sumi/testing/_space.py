@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from sumi.cli import Globals, apply_files
+from sumi.cli import Host as Client
 from sumi.cli import deploy as _deploy
-from sumi.cli._apply import apply_files
-from sumi.cli._client import Host as Client
-from sumi.cli._state import Globals
 from sumi.testing._host import Host
 
 T = TypeVar("T")

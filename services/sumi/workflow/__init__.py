@@ -4,3 +4,7 @@
 `_state` (the fold of one instance) and `_decide` ((state, input) -> records) are
 the pure core (no Kafka, no database); the engine service wraps them.
 """
+
+from sumi.workflow._documents import MAX_DOCUMENT_BYTES, is_name
+
+__all__ = ["MAX_DOCUMENT_BYTES", "is_name"]

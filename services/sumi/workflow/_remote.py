@@ -4,7 +4,7 @@ The call becomes the typed command a gateway would send: a `CommandSubmitted` on
 `workflow.commands`, keyed by the target's instance, with the caller's principal
 (`worker:<versionUid>`) and Space, committed through the engine's outbox (`_routes`). The
 target's owner decides it like any command, and the answer is its `CommandDecided`, read back
-from the target's partition of the instance log (`_replies`). `get` and `status()` need the
+from the target's partition of the instance log (`replies`). `get` and `status()` need the
 target's state, which only its owner holds: they ask with a query (`instance.status`), answered
 with the status document sealed under a key of this call's own.
 
@@ -26,7 +26,7 @@ from sumi.core.problems import Problem
 from sumi.core.topics import partition_for
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
-from sumi.workflow._replies import Replies
+from sumi.workflow.replies import Replies
 
 REPLY_KEY_BYTES = 32
 

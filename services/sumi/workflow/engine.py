@@ -78,13 +78,13 @@ from sumi.workflow._intake import Intake
 from sumi.workflow._metrics import WorkflowMetrics
 from sumi.workflow._observe import CountReports
 from sumi.workflow._remote import Remote
-from sumi.workflow._replies import Replies
 from sumi.workflow._routes import elsewhere
 from sumi.workflow._runs import ContextRun
 from sumi.workflow._scheduler import Scheduler
 from sumi.workflow._spares import Spares
 from sumi.workflow._state import Instance
 from sumi.workflow._table import InstanceTable
+from sumi.workflow.replies import Replies
 
 log = logging.getLogger("sumi.workflow")
 OBSERVE_MS = 1000

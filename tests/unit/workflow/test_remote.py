@@ -16,8 +16,8 @@ from sumi.core.problems import Problem
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow._remote import Remote
-from sumi.workflow._replies import Replies
 from sumi.workflow._routes import elsewhere
+from sumi.workflow.replies import Replies
 from tests.unit.workflow.test_replies import TOPIC, FakeReader
 from tests.unit.workflow.wf_kit import T0, Sim, caller
 

@@ -1,4 +1,4 @@
-"""The reader of answers to calls through the log (`_replies`): which partitions it reads, from
+"""The reader of answers to calls through the log (`sumi.workflow.replies`): which partitions it reads, from
 where, and which records it answers with, on a fake consumer."""
 
 import asyncio
@@ -10,7 +10,7 @@ import pytest
 from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.problems import Problem
-from sumi.workflow._replies import Replies, command_id_of
+from sumi.workflow.replies import Replies, command_id_of
 
 TOPIC = "t.workflow"
 

@@ -1,6 +1,6 @@
 """The Forms this Host supports, by exact URL (one module per Form)."""
 
-from sumi.control.forms._base import Form, Registry, ResourceView
+from sumi.control.forms._base import NAME_PATTERN, NAME_RE, Form, Registry, ResourceView
 from sumi.control.forms.durable_workflow import DurableWorkflow
 from sumi.control.forms.module_worker import ModuleWorker
 from sumi.control.forms.names import (
@@ -25,4 +25,4 @@ FORMS: dict[str, Form] = {
     DURABLE_WORKFLOW: DurableWorkflow(),
 }
 
-__all__ = ["FORMS", "Form", "Registry", "ResourceView"]
+__all__ = ["FORMS", "NAME_PATTERN", "NAME_RE", "Form", "Registry", "ResourceView"]
