@@ -28,7 +28,7 @@ import json
 import logging
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from sumi.core import codec, kafka
@@ -47,6 +47,7 @@ class LogDecisions:
         self.decisions = decisions
         self.positioned = asyncio.Event()  # reading from an end noted before any request was let in
         self._task: asyncio.Task[None] | None = None
+        self._consumer: AIOKafkaConsumer | None = None
 
     async def start(self, wait: float) -> None:
         """Start reading; returns once positioned at the log's end, or after `wait` seconds (the
@@ -65,7 +66,7 @@ class LogDecisions:
     async def _run(self) -> None:
         delay = 0.1
         while True:
-            consumer = kafka.new_consumer(self.settings, auto_offset_reset="latest")
+            consumer = self._consumer = kafka.new_consumer(self.settings, auto_offset_reset="latest")
             try:
                 await consumer.start()
                 await self._position(consumer)
@@ -80,6 +81,18 @@ class LogDecisions:
                 await kafka.stop(consumer)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+    async def end(self, partition: int) -> int | None:
+        """The committed end of one partition of the log now (None: not known now). A position
+        at or past it was never a write's answer."""
+        consumer = self._consumer
+        if consumer is None or not self.positioned.is_set():
+            return None
+        tp = TopicPartition(self.topic, partition)
+        try:
+            return int((await consumer.end_offsets([tp]))[tp])
+        except (KafkaError, KeyError):
+            return None
 
     async def _position(self, consumer: AIOKafkaConsumer) -> None:
         tps = await kafka.partitions(consumer, self.topic)

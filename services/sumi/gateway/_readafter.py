@@ -16,6 +16,11 @@ async def read_after(request: Request, db: Backend, *keys: str) -> None:
     this gateway answered for these keys; `backend_unavailable` after `READ_WAIT_S`."""
     sent = request.headers.get(HEADER)
     wanted = [parse(sent, db.settings.partitions)] if sent else []
+    if wanted:
+        partition, offset = wanted[0]
+        end = await db.log_decisions.end(partition)
+        if end is not None and offset >= end:  # would never be applied: not a retry's business
+            raise Problem("invalid_request", f"{HEADER} names a place past the end of the instance log")
     remembered = {key: db.positions.get(key) for key in keys}
     for at in remembered.values():
         wanted += at

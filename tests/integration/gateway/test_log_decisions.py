@@ -133,6 +133,12 @@ async def test_any_gateway_reads_a_write_with_its_position(own_host: Host, flows
     assert got.status_code == 200 and got.json()["id"] == iid, got.text
     bad = await flows.api.c.get(flows.path(iid), headers={**flows.api.h, "Sumi-Position": "x-1"})
     assert_problem(bad, 400, "invalid_request")
+    # A place the log has not reached was never an answer's: refused at once, not a 503 to retry.
+    partition, offset = position.split("-")
+    past = {**flows.api.h, "Sumi-Position": f"{partition}-{int(offset) + 1_000_000}"}
+    began = time.monotonic()
+    assert_problem(await flows.api.c.get(flows.path(iid), headers=past), 400, "invalid_request")
+    assert time.monotonic() - began < 1.5
 
 
 async def test_a_create_retried_after_a_gateway_restart_gets_the_first_decision(own_host: Host, flows: Flows) -> None:
