@@ -4,9 +4,9 @@ Used by `sumi up` and by the test fixtures on machines without a Docker engine.
 """
 
 from sumi.infra._cluster import KafkaCluster
-from sumi.infra._kafka import KafkaBroker
+from sumi.infra._kafka import BROKER_JVM, KafkaBroker
 from sumi.infra._ports import free_port, port_taken
 from sumi.infra._postgres import PostgresServer
 from sumi.infra._watched import Watched
 
-__all__ = ["KafkaBroker", "KafkaCluster", "PostgresServer", "Watched", "free_port", "port_taken"]
+__all__ = ["BROKER_JVM", "KafkaBroker", "KafkaCluster", "PostgresServer", "Watched", "free_port", "port_taken"]

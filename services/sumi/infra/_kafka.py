@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -21,6 +22,11 @@ from sumi.infra._probe import kafka_answers
 from sumi.infra._watched import Watched
 
 HERE = Path(__file__).parent / "kafka"
+
+# The JVM of the embedded broker, chosen for a laptop of two cores (tests/bench/bench_broker.py,
+# docs/decisions.md "The embedded broker's JVM"): C1 only and the serial collector start in
+# about half the time and spend no core on compiling or on concurrent collection threads.
+BROKER_JVM = ("-Xms256m", "-Xmx768m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 
 def kafka_version() -> str:
@@ -76,8 +82,10 @@ class KafkaBroker(Watched):
         node_id: int = 1,
         replicas: int = 1,
         cache: str = "",
+        jvm: Sequence[str] = BROKER_JVM,
     ) -> None:
         self.cache = cache  # Settings.cache_dir: where the broker's jars are kept
+        self.jvm = tuple(jvm)
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="sumi-kafka-"))
         self._scratch = None if data_dir is not None else self.data_dir
         self.port = port or free_port()
@@ -148,10 +156,7 @@ class KafkaBroker(Watched):
         props.write_text(self._properties())
         java = [
             "java",
-            "-Xms256m",
-            "-Xmx768m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
+            *self.jvm,
             f"-Dlog4j2.configurationFile={HERE / 'log4j2.yaml'}",
             "-cp",
             f"{libs}/*",
