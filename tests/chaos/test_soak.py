@@ -25,12 +25,12 @@ import httpx
 import psutil
 import pytest
 
-from sumi.audit import replay_and_compare
 from sumi.core import kafka
 from sumi.core import records as r
 from sumi.core.config import Settings
+from sumi.host.audit import replay_and_compare
+from sumi.host.supervisor import Supervisor
 from sumi.infra import KafkaBroker, PostgresServer
-from sumi.supervisor import Supervisor
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, new_settings, new_space
 from tests.httpkit import QUEUE, WORKFLOW, b64
@@ -75,7 +75,7 @@ export class Flow {
 @contextmanager
 def chaos_host() -> Iterator[tuple[Host, KafkaBroker, PostgresServer]]:
     """A Host on a broker and a database of its own, supervised by it: the driver may kill them."""
-    from sumi._bootstrap import issue_admin_token, prepare
+    from sumi.host.bootstrap import issue_admin_token, prepare
 
     broker, pg = KafkaBroker(), PostgresServer()
     broker.launch()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sumi.audit import replay_and_compare
+from sumi.host.audit import replay_and_compare
 from tests.conformance.kit import Api, Flows
 from tests.conformance.modes import engine_mode_host  # noqa: F401 (every test in both engine modes)
 from tests.httpkit import WORKFLOW, assert_problem, auth

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import httpx
 import pytest
 
-from sumi.audit import replay_and_compare
+from sumi.host.audit import replay_and_compare
 from tests.auditkit import Topics, read_topics
 from tests.conformance.kit import Api, Flows
 from tests.conformance.modes import engine_mode_host  # noqa: F401 (every test in both engine modes)

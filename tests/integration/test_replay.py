@@ -10,7 +10,7 @@ import httpx
 import psycopg
 import pytest
 
-from sumi.audit import replay_and_compare
+from sumi.host.audit import replay_and_compare
 from sumi_projections import drop, migrate
 from tests.hostkit import Host, new_settings, running_host
 

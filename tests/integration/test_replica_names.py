@@ -1,6 +1,6 @@
 """A replica name is one live process's (issue 40): a second `sumi serve SERVICE` under the name a
 live replica holds is refused at start, exit 2 with one line naming SUMI_REPLICA, and the live
-one keeps deciding; a replica SIGKILLed and started again under its name starts (sumi._replica)."""
+one keeps deciding; a replica SIGKILLed and started again under its name starts (sumi.host.replica)."""
 
 import asyncio
 import signal
@@ -111,7 +111,7 @@ async def test_a_replica_killed_and_started_again_under_its_name_starts(own_host
 
 
 async def _held(host: Host, application: str, timeout: float = 60) -> None:
-    """Until a session of that application name holds an advisory lock (sumi._replica's)."""
+    """Until a session of that application name holds an advisory lock (sumi.host.replica's)."""
     deadline = time.monotonic() + timeout
     async with await psycopg.AsyncConnection.connect(host.settings.database_url, autocommit=True) as conn:
         while True:

@@ -29,9 +29,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
-from sumi.audit import replay_and_compare
 from sumi.core import records as r
 from sumi.core.topics import instance_key, partition_for
+from sumi.host.audit import replay_and_compare
 from sumi_projections import drop, migrate
 from sumi_projections._owned import Owned
 from tests.conformance.kit import Api, Flows

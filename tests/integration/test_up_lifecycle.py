@@ -25,11 +25,11 @@ import httpx
 import psutil
 import pytest
 
-from sumi._lifeline import die_with_parent
+from sumi.host.supervisor import available_services
 from sumi.infra import free_port
 from sumi.infra._cache import cache_dir
 from sumi.infra._ports import port_taken
-from sumi.supervisor import available_services
+from sumi.infra.lifeline import die_with_parent
 from tests.hostkit import new_settings
 from tests.httpkit import QUEUE, auth
 from tests.integration.cli.clikit import Cli, run_tour
@@ -148,7 +148,7 @@ def role(p: psutil.Process) -> str | None:
         argv = p.cmdline()
     except psutil.NoSuchProcess:
         return None
-    if "sumi._lifeline" in argv:
+    if "sumi.infra.lifeline" in argv:
         return None  # a watchdog: gone with its child
     if "serve" in argv:
         return "gateway" if argv[-1] == "gateway" else "processor"
@@ -427,7 +427,7 @@ def test_sumi_serve_stopped_by_a_container_platform_exits_cleanly(
 ) -> None:
     # Each service alone, as a container platform runs it (no `sumi up`, no lifeline): SIGTERM stops it,
     # exit status 0, no error line, and the runtime processes it started go with it.
-    from sumi._bootstrap import issue_admin_token, prepare
+    from sumi.host.bootstrap import issue_admin_token, prepare
 
     settings = new_settings(kafka_bootstrap, database_url, state_dir=str(workdir))
     asyncio.run(prepare(settings))

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from sumi._lifeline import die_with_parent
 from sumi.infra import free_port
+from sumi.infra.lifeline import die_with_parent
 
 pytestmark = pytest.mark.integration
 

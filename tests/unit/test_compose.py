@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from sumi.services import SERVICE_ENTRIES
+from sumi.host.services import SERVICE_ENTRIES
 
 ROOT = Path(__file__).resolve().parents[2]
 

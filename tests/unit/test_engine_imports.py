@@ -4,7 +4,7 @@ not even indirectly.
 The queue engine and the workflow engine share pieces (the outbox in sumi.core, the
 `queue.send` check beside the control fold it reads in sumi.control, the runtime pool and
 the engine shell in sumi.engines); the one module that needs
-both, the queue service with the workflow client, sits above them (sumi._queue_service).
+both, the queue service with the workflow client, sits above them (sumi.host.queue_service).
 This reads the import statements of every module of the package (those inside
 functions and under TYPE_CHECKING included) and follows them transitively, so an
 import hidden in a function or behind a third module fails here too.
@@ -94,8 +94,8 @@ def test_the_shared_pieces_sit_below_both_engines() -> None:
 
 def test_the_check_sees_an_indirect_import() -> None:
     # It can fail: the queue service reaches the workflow package through the client.
-    assert "sumi.workflow.client" in reaches("sumi._queue_service")
-    assert "sumi.workflow._state" in reaches("sumi._queue_service")  # one module further
-    assert "sumi._uplogs" in _direct("sumi._up")  # imported under TYPE_CHECKING
+    assert "sumi.workflow.client" in reaches("sumi.host.queue_service")
+    assert "sumi.workflow._state" in reaches("sumi.host.queue_service")  # one module further
+    assert "sumi.host._uplogs" in _direct("sumi.host.up")  # imported under TYPE_CHECKING
     assert "sumi.gateway" in _direct("sumi.cli._host_cmds")  # imported inside a function
     assert "sumi.runtime._jshost" in _direct("sumi.runtime")  # a relative import

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 READS = re.compile(r"\bos\.environ\b|\bgetenv\(|\bSettings\.from_env\(|(?<!docker)\.from_env\(")
-ENTRIES = ("services/sumi/core/config.py", "services/sumi/supervisor.py", "services/sumi/testing/plugin.py")
+ENTRIES = ("services/sumi/core/config.py", "services/sumi/host/supervisor.py", "services/sumi/testing/plugin.py")
 
 
 def allowed(rel: str) -> bool:

@@ -1,7 +1,7 @@
 """When the supervisor restarts a part it launched (issue 20 item 0): dead, or silent too long."""
 
+from sumi.host.supervisor import PART_PATIENCE, PART_START, _part_problem, _Watch
 from sumi.infra._watched import Watched
-from sumi.supervisor import PART_PATIENCE, PART_START, _part_problem, _Watch
 
 
 class Part(Watched):

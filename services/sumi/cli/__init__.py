@@ -6,7 +6,7 @@ its data planes (`queue`, `instances`), administration (`space`, `token`, `login
 import sys
 
 if sys.argv[1:2] == ["serve"]:  # before the imports below: a stop while they run is a clean exit
-    from sumi._signals import exit_quietly_on_stop
+    from sumi.host.signals import exit_quietly_on_stop
 
     exit_quietly_on_stop()
 

@@ -43,7 +43,7 @@ def replay(
     until: Annotated[str | None, typer.Option(help="RFC 3339 time or epoch ms: the read models as of then")] = None,
     schema: Annotated[str | None, typer.Option(help="with --until: the schema to rebuild into")] = None,
 ) -> int:
-    from sumi.audit import replay_and_compare, replay_until
+    from sumi.host.audit import replay_and_compare, replay_until
 
     config = settings()
     if until is None:
@@ -72,7 +72,7 @@ def audit(
         str | None, typer.Option(help="an instance's workflow UID (instance IDs are per workflow)")
     ] = None,
 ) -> int:
-    from sumi.audit import records_about
+    from sumi.host.audit import records_about
 
     g = globals_of(ctx)
     with _spinner(f"reading every topic for {thing}"):

@@ -11,7 +11,7 @@ import typer
 from sumi.cli import _profile
 from sumi.cli._errors import USAGE, CliError
 from sumi.core.config import Settings, SettingsError
-from sumi.services import SERVICE_ENTRIES
+from sumi.host.services import SERVICE_ENTRIES
 
 
 def settings() -> Settings:
@@ -34,7 +34,7 @@ def up(
     logs: Annotated[bool, typer.Option("--logs", help="print every worker's log lines as they come")] = False,
 ) -> int:
     first = settings()
-    from sumi._up import up as run_up
+    from sumi.host.up import up as run_up
 
     write_local_profile()
     return run_up(first, logs)
@@ -66,10 +66,10 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
         raise CliError(f"no service {service!r} (one of {', '.join(SERVICE_ENTRIES)})", USAGE)
     import importlib
 
-    from sumi._lifeline import ENV as LIFELINE_ENV
-    from sumi._lifeline import hold_if_asked
-    from sumi._signals import exit_quietly_on_stop, run_until_stopped
     from sumi.core.allocator import cap_arenas
+    from sumi.host.signals import exit_quietly_on_stop, run_until_stopped
+    from sumi.infra.lifeline import ENV as LIFELINE_ENV
+    from sumi.infra.lifeline import hold_if_asked
 
     config = settings()
     # Started by `sumi up`: die with it. Popped, so nothing this service starts inherits it.
@@ -87,9 +87,9 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
         signal.signal(signal.SIGHUP, lambda s, f: signal.raise_signal(signal.SIGTERM))
         uvicorn.run(create_app(config), host=config.http_host, port=config.http_port, log_level="warning")
         return 0
-    from sumi._bootstrap import prepare
-    from sumi._replica import Clash, named
     from sumi.core.outbox import end_process_on_failure
+    from sumi.host.bootstrap import prepare
+    from sumi.host.replica import Clash, named
 
     end_process_on_failure(15.0)  # a failed commit ends the process, its close bounded (the supervisor restarts it)
 
@@ -106,7 +106,7 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
 
 
 def bootstrap() -> int:
-    from sumi._bootstrap import admin_token, issue_admin_token, prepare
+    from sumi.host.bootstrap import admin_token, issue_admin_token, prepare
 
     config = settings()
     asyncio.run(prepare(config))

@@ -3,5 +3,5 @@
 Neither engine package imports the other (tests/unit/test_engine_imports.py): a piece
 both need lives here (or in `sumi.core`), and the one place that puts them together,
 the queue service with the workflow client its handlers' bindings use, sits above
-both (`sumi._queue_service`).
+both (`sumi.host.queue_service`).
 """

@@ -1,6 +1,8 @@
 """Local launchers for the real parts: an Apache Kafka broker (or a cluster of three) and a PostgreSQL server.
 
-Used by `sumi up` and by the test fixtures on machines without a Docker engine.
+Used by `sumi up` and by the test fixtures on machines without a Docker engine. `lifeline` makes a
+child die with its parent: each launcher runs its server under its watchdog, and the Host's
+supervisor its services.
 """
 
 from sumi.infra._cluster import KafkaCluster

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from xml.etree import ElementTree
 
-from sumi._lifeline import STOP_GRACE, watchdog_argv
 from sumi.infra._cache import cache_dir
 from sumi.infra._ports import free_port, port_taken, wait_for_port
 from sumi.infra._probe import kafka_answers
 from sumi.infra._watched import Watched
+from sumi.infra.lifeline import STOP_GRACE, watchdog_argv
 
 HERE = Path(__file__).parent / "kafka"
 

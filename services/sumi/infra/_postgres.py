@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from sumi._lifeline import STOP_GRACE, watchdog_argv
 from sumi.infra._ports import free_port, wait_for_port
 from sumi.infra._probe import postgres_answers
 from sumi.infra._watched import Watched
+from sumi.infra.lifeline import STOP_GRACE, watchdog_argv
 
 PG_USER = "embedded_postgres"
 

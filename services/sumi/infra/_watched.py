@@ -5,7 +5,7 @@ import subprocess
 from pathlib import Path
 from typing import Self
 
-from sumi._lifeline import stop_watched
+from sumi.infra.lifeline import stop_watched
 
 
 class Watched:

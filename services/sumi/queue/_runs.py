@@ -40,7 +40,7 @@ def gone(uid: str, queue: str) -> Consumer:
 class Workflows(Protocol):
     """The workflow engine's Caller Bindings as a queue handler reaches them (WF-18).
 
-    Given to the engine by the service (sumi._queue_service, the workflow client), so
+    Given to the engine by the service (sumi.host.queue_service, the workflow client), so
     this package never imports sumi.workflow."""
 
     async def call(self, code: Code | None, method: str, args: dict[str, Any]) -> Any: ...

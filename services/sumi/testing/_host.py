@@ -7,8 +7,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sumi.core.config import Settings
+from sumi.host.supervisor import Supervisor
 from sumi.infra import free_port
-from sumi.supervisor import Supervisor
 
 
 def new_settings(kafka_bootstrap: str, database_url: str, **overrides: object) -> Settings:
@@ -37,7 +37,7 @@ class Host:
 
 def start_host(settings: Settings, env: dict[str, str] | None = None) -> Host:
     """A Host up to ready; `env` adds variables its services read beyond Settings (e.g. engine modes)."""
-    from sumi._bootstrap import issue_admin_token, prepare
+    from sumi.host.bootstrap import issue_admin_token, prepare
 
     token = "sumi_test_" + uuid.uuid4().hex
     asyncio.run(prepare(settings))

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sumi.audit import SKIP
+from sumi.host.audit import SKIP
 from sumi.testing import Space, new_space, wait_for
 from tests.hostkit import Host, new_settings, running_host
 from tests.integration.cli.clikit import Cli

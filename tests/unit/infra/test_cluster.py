@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from sumi._up import _kafka
 from sumi.core.config import Settings
+from sumi.host.up import _kafka
 from sumi.infra import KafkaBroker, KafkaCluster
 
 

@@ -1,12 +1,12 @@
 """`sumi up`: the broker, the database and every service on this machine, and nothing left after.
 
 The order of things is the point of this module:
-- stop signals are handled before anything starts (sumi._signals), so a stop at
+- stop signals are handled before anything starts (sumi.host.signals), so a stop at
   any moment of start-up undoes what was started;
 - one Host per state directory: a lock held while `up` runs;
 - every port checked before anything starts, so a port held by someone else is an
   error, never a "ready" against someone else's gateway;
-- every child holds a lifeline to this process (sumi._lifeline), so whatever kills
+- every child holds a lifeline to this process (sumi.infra.lifeline), so whatever kills
   `up` kills them too;
 - the broker and the database it launched are the supervisor's to watch and restart
   once everything has started, and stay this module's to stop;
@@ -20,14 +20,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sumi._signals import Stopped, StopSignals
 from sumi.core.config import Settings
+from sumi.host.signals import Stopped, StopSignals
 from sumi.infra import KafkaBroker, KafkaCluster, PostgresServer, port_taken
 
 Part = KafkaBroker | KafkaCluster | PostgresServer
 
 if TYPE_CHECKING:
-    from sumi._uplogs import HostLogPrinter
+    from sumi.host._uplogs import HostLogPrinter
 
 
 class HostRunning(Exception):
@@ -110,8 +110,8 @@ def _ports(settings: Settings) -> dict[str, int] | str:
 
 
 def _up(first: Settings, state: Path, signals: StopSignals, started: float, logs: bool = False) -> int:
-    from sumi._bootstrap import admin_token, issue_admin_token, prepare
-    from sumi.supervisor import Supervisor
+    from sumi.host.bootstrap import admin_token, issue_admin_token, prepare
+    from sumi.host.supervisor import Supervisor
 
     brokers = first.kafka_brokers
     ports = _ports(first)
@@ -185,7 +185,7 @@ def _kafka(state: Path, port: int, brokers: int, cache: str = "") -> KafkaBroker
 
 
 def _print_logs(settings: Settings) -> "HostLogPrinter":
-    from sumi._uplogs import HostLogPrinter
+    from sumi.host._uplogs import HostLogPrinter
 
     return HostLogPrinter(settings).start()
 

@@ -12,7 +12,7 @@ child). It is not used for the services: it fires when the parent *thread*
 exits, and the supervisor restarts services from a watcher thread.
 
 The JVM and postgres cannot be made to watch a pipe, so each runs under a tiny
-watchdog (``python -m sumi._lifeline``) that holds the lifeline for them: on
+watchdog (``python -m sumi.infra.lifeline``) that holds the lifeline for them: on
 end of file or on SIGTERM/SIGINT/SIGHUP it asks its child to stop (SIGTERM for
 the broker, SIGINT, PostgreSQL's "fast" shutdown, for the database), waits a
 bounded time, then kills the child's whole process group.
@@ -84,7 +84,7 @@ def watchdog_argv(
     return [
         sys.executable,
         "-m",
-        "sumi._lifeline",
+        "sumi.infra.lifeline",
         "--stop-signal",
         str(int(stop_signal)),
         "--grace",
@@ -137,7 +137,7 @@ def _watchdog(argv: list[str], stop_signal: int, grace: float, user: int | None)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m sumi._lifeline", description="run a command under a watchdog")
+    parser = argparse.ArgumentParser(prog="python -m sumi.infra.lifeline", description="run a command under a watchdog")
     parser.add_argument("--stop-signal", type=int, default=int(signal.SIGTERM))
     parser.add_argument("--grace", type=float, default=STOP_GRACE)
     parser.add_argument("--user", type=int, default=None)

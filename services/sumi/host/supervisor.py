@@ -24,11 +24,11 @@ from typing import IO
 
 import httpx
 
-from sumi._lifeline import ENV
 from sumi.core.backoff import Backoff
 from sumi.core.config import Settings
+from sumi.host.services import SERVICE_ENTRIES
 from sumi.infra import Watched
-from sumi.services import SERVICE_ENTRIES
+from sumi.infra.lifeline import ENV
 
 
 def available_services() -> tuple[str, ...]:
@@ -47,7 +47,7 @@ def available_services() -> tuple[str, ...]:
 
 # The gateway stops first (no new work) and briefly; the processors then get
 # longer to finish their transactions. With the broker's and the database's
-# own bounds (sumi._lifeline.STOP_GRACE) a whole stop stays under 30 s.
+# own bounds (sumi.infra.lifeline.STOP_GRACE) a whole stop stays under 30 s.
 GATEWAY_GRACE = 4.0
 PROCESSORS_GRACE = 8.0
 PROBE_EVERY = 2.0  # seconds between two probes of a part
@@ -78,7 +78,7 @@ def supervised_name(settings: Settings) -> str:
     """The replica name of `sumi up`'s services: this machine's and state directory's own, so
     another Host sharing the Kafka and Postgres (a copy of these settings elsewhere) names its
     replicas otherwise, and a restart of this one takes its partitions straight back. A name
-    taken all the same (SUMI_REPLICA copied from a running service) is refused (sumi._replica)."""
+    taken all the same (SUMI_REPLICA copied from a running service) is refused (sumi.host.replica)."""
     where = f"{socket.gethostname()}:{Path(settings.state_dir).resolve()}"
     return "up-" + hashlib.sha256(where.encode()).hexdigest()[:10]
 

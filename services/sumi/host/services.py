@@ -6,6 +6,6 @@ SERVICE_ENTRIES = {
     "projections": "sumi_projections",
     "gateway": "sumi.gateway",
     "verifier": "sumi.verifier",
-    "queue": "sumi._queue_service",  # the queue engine with the workflow client
+    "queue": "sumi.host.queue_service",  # the queue engine with the workflow client
     "workflow": "sumi.workflow.engine",
 }
