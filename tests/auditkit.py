@@ -8,9 +8,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from sumi.core import codec, kafka, sealing
 from sumi.core import records as r
+from sumi.core import sealing
 from sumi.core.config import Settings
+from sumi.wire import codec, kafka
 
 
 @dataclasses.dataclass

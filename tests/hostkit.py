@@ -15,9 +15,9 @@ import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from sumi.core import codec
 from sumi.core.config import Settings
 from sumi.testing import Host, new_settings, running_host, start_host
+from sumi.wire import codec
 
 __all__ = [
     "Host",

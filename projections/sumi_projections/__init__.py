@@ -3,7 +3,7 @@
 import asyncio
 
 from sumi.core.config import Settings
-from sumi.core.keyreader import KeyReader
+from sumi.wire.keyreader import KeyReader
 from sumi_projections import _prune, control, quarantine, queue, workflow
 from sumi_projections import _prune as prune
 from sumi_projections._migrate import drop, migrate

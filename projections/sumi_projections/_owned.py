@@ -57,7 +57,7 @@ class Owned:
         self.expected: dict[int, int] = {}  # partition -> the next offset its row held when read
         self.unsynced: set[TopicPartition] = set()
 
-    # ---- the consumer's task (`sumi.core.membership`, which pauses them): note, never seek ----
+    # ---- the consumer's task (`sumi.wire.membership`, which pauses them): note, never seek ----
 
     async def revoked(self, tps: list[TopicPartition]) -> None:
         for tp in tps:

@@ -26,8 +26,8 @@ from typing import Any
 
 import psycopg
 
-from sumi.core import pgtext
 from sumi.core.config import Settings
+from sumi.wire import pgtext
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The one projection loop: topic records -> Postgres rows, exactly once (on `sumi.core.kafka`).
+"""The one projection loop: topic records -> Postgres rows, exactly once (on `sumi.wire.kafka`).
 
 Each polled batch is applied in one Postgres transaction together with the
 next offset of every partition it covers (projection_offsets), and on start
@@ -28,11 +28,11 @@ import psycopg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from sumi.core import kafka, pgtext
 from sumi.core.backoff import Backoff
 from sumi.core.config import Settings
-from sumi.core.kafka import Out
-from sumi.core.membership import Membership
+from sumi.wire import kafka, pgtext
+from sumi.wire.kafka import Out
+from sumi.wire.membership import Membership
 from sumi_projections._owned import Owned
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class Sink(Protocol):
 
 
 class Opener(Protocol):
-    """What a projection of sealed records opens them with before applying them (sumi.core.keyreader)."""
+    """What a projection of sealed records opens them with before applying them (sumi.wire.keyreader)."""
 
     async def open(self, records: list[Any]) -> list[Any]: ...
 

@@ -9,7 +9,7 @@ difference to any counter whether the row is still there (a prune removes settle
 after a while, `sumi_projections._prune`).
 
 A row keeps where its message's `MessageAccepted` lies in the queue log, not its body: a peek
-reads the bodies it shows from there (`sumi.core.bodies`), as the engine does. A body kept here
+reads the bodies it shows from there (`sumi.wire.bodies`), as the engine does. A body kept here
 was written with the row and copied again by each update of it (the delivery), for the one
 read that wants it.
 """

@@ -8,7 +8,7 @@
   gateway waits for them (request–reply, as with the control processor); a status query's
   (`instance.status`) does not: its asker reads it from the log.
 
-Documents reach this module opened (`sumi.core.keyreader`: with the keys alive; a destroyed key's document
+Documents reach this module opened (`sumi.wire.keyreader`: with the keys alive; a destroyed key's document
 reads as absent). A terminal transition destroys the keys of the instance's unmatched events
 (WF-25), so their history rows lose their payloads with it: the rows then read as a replay,
 which can no longer open them, rebuilds them.
@@ -23,10 +23,10 @@ from typing import Any
 
 import psycopg
 
-from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.canonical import parsed_canonical
 from sumi.core.times import rfc3339
+from sumi.wire import codec
 from sumi_projections import control
 from sumi_projections.control import ts
 

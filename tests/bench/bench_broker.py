@@ -2,7 +2,7 @@
 
 Each variant is a fresh single-node broker (`sumi.infra.KafkaBroker` with other JVM options)
 driven the way an engine drives it: one transactional producer commits one record and its
-consumer group's offset per transaction (aiokafka, as `sumi.core.fencing` does today), one
+consumer group's offset per transaction (aiokafka, as `sumi.wire.fencing` does today), one
 transaction after another. Per variant:
 
   start s        launch to the port answering, and to the first transaction committed

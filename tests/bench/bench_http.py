@@ -36,8 +36,8 @@ import httpx
 import psutil
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from sumi.core import codec, kafka
 from sumi.core import records as r
+from sumi.wire import codec, kafka
 from tests.bench._open import open_loop
 from tests.bench._parts import parts
 from tests.bench._profile import cpu_seconds, processes, profiled

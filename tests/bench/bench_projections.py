@@ -31,13 +31,14 @@ from typing import Any
 import psutil
 import psycopg
 
-from sumi.core import kafka, sealing
 from sumi.core import records as r
+from sumi.core import sealing
 from sumi.core.canonical import parsed_canonical
 from sumi.core.config import Settings
-from sumi.core.topics import instance_key
 from sumi.host.bootstrap import prepare
 from sumi.testing import new_settings
+from sumi.wire import kafka
+from sumi.wire.topics import instance_key
 from tests.bench._parts import parts
 from tests.bench._profile import cpu, profiled
 

@@ -27,8 +27,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from sumi.core import codec
 from sumi.core import records as r
+from sumi.wire import codec
 from tests.bench._parts import parts
 from tests.bench._profile import cpu_seconds, processes, profiled
 from tests.bench._tail import Tail

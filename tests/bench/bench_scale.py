@@ -37,8 +37,8 @@ from typing import Any
 import psutil
 from aiokafka import TopicPartition
 
-from sumi.core import codec
 from sumi.core import records as r
+from sumi.wire import codec
 from tests.bench._parts import parts
 from tests.bench._tail import Tail
 from tests.bench.bench_queue import WORKER, AckWatcher, send, wait_acked

@@ -1,7 +1,7 @@
 """What a Kafka transaction costs per replica step: aiokafka or librdkafka. Run: python -m tests.bench.bench_txn
 
 An engine replica decides records for each of the input partitions it holds, then commits the
-records and the group's next offsets in Kafka transactions (sumi.core.fencing). The shapes,
+records and the group's next offsets in Kafka transactions (sumi.wire.fencing). The shapes,
 each on its own consumer group over an 8-partition input topic, records to an 8-partition output
 topic, N records per partition per step (N = 1, 10, 100):
 
@@ -170,7 +170,7 @@ def run_sync(meter: Meter, fig: Figures, step: Callable[[int, Figures], None]) -
 
 
 def aio_producer(bootstrap: str, tid: str) -> AIOKafkaProducer:
-    # as sumi.core.kafka.new_producer makes an engine's (linger_ms=0 as the engines pass)
+    # as sumi.wire.kafka.new_producer makes an engine's (linger_ms=0 as the engines pass)
     return AIOKafkaProducer(
         bootstrap_servers=bootstrap, transactional_id=tid, enable_idempotence=True, acks="all", linger_ms=0
     )

@@ -18,8 +18,9 @@ import tracemalloc
 from collections import OrderedDict
 from typing import Any
 
-from sumi.core import codec, sealing
 from sumi.core import records as r
+from sumi.core import sealing
+from sumi.wire import codec
 from sumi.workflow import _decide as d
 from sumi.workflow import _keys
 from sumi.workflow._state import Instance, LogRecord

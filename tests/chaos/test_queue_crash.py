@@ -17,8 +17,8 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from sumi.core import codec
 from sumi.core import records as r
+from sumi.wire import codec
 from tests.conformance.kit import Api
 from tests.httpkit import b64
 

@@ -25,12 +25,12 @@ import httpx
 import psutil
 import pytest
 
-from sumi.core import kafka
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.host.audit import replay_and_compare
 from sumi.host.supervisor import Supervisor
 from sumi.infra import KafkaBroker, PostgresServer
+from sumi.wire import kafka
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, new_settings, new_space
 from tests.httpkit import QUEUE, WORKFLOW, b64

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.config import Settings
+from sumi.wire import codec
 from tests.hostkit import new_settings
 from tests.integration.workflow.engine_kit import engine_bench, engine_process, reader
 

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sumi.core import pgtext
 from sumi.core.canonical import canonical
 from sumi.host.audit import replay_and_compare
+from sumi.wire import pgtext
 from tests.conformance.kit import Api, Flows
 from tests.conformance.modes import engine_mode_host  # noqa: F401 (every test in both engine modes)
 from tests.hostkit import Host

@@ -10,9 +10,9 @@ import httpx
 import psycopg
 import pytest
 
-from sumi.core import pgtext
-from sumi.core.topics import partition_for
 from sumi.host.audit import replay_and_compare
+from sumi.wire import pgtext
+from sumi.wire.topics import partition_for
 from sumi_projections import _prune
 from tests.conformance.kit import Api
 from tests.hostkit import Host

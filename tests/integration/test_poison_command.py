@@ -16,9 +16,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from sumi.control.forms.names import QUEUE
-from sumi.core import codec
 from sumi.core import records as r
-from sumi.core.topics import partition_for
+from sumi.wire import codec
+from sumi.wire.topics import partition_for
 from tests.hostkit import Host
 
 pytestmark = pytest.mark.integration

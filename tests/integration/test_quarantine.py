@@ -20,9 +20,9 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from sumi.core import codec
 from sumi.core import records as r
 from sumi.host.audit import replay_and_compare
+from sumi.wire import codec
 from tests.conformance.kit import Api
 from tests.hostkit import Host, new_settings, new_space, running_host
 

@@ -7,7 +7,7 @@ partitions; the control processor, whose decisions span partitions, has one owne
 
 The second replicas are `sumi serve NAME` processes of their own beside the Host's supervised
 ones, with another replica name. The control processor, the verifier and the engines fence a
-lost partition's old owner by a transactional producer per partition (`sumi.core.fencing`); the
+lost partition's old owner by a transactional producer per partition (`sumi.wire.fencing`); the
 projections prove each batch's partitions unmoved in Postgres (`sumi_projections._owned`),
 a proof the last test drives directly.
 """
@@ -30,8 +30,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from sumi.core import records as r
-from sumi.core.topics import instance_key, partition_for
 from sumi.host.audit import replay_and_compare
+from sumi.wire.topics import instance_key, partition_for
 from sumi_projections import drop, migrate
 from sumi_projections._owned import Owned
 from tests.conformance.kit import Api, Flows
@@ -117,7 +117,7 @@ async def _round(api: Api, queue: str, flows: Flows, round_: int) -> list[str]:
 def _kill(host: Host, seconds: dict[str, "subprocess.Popen[bytes]"]) -> None:
     """SIGKILL the replica holding partitions, every processor at the same moment: the
     supervised control processor, which held every partition before its standby joined
-    (sumi.core.assignors), kept down; the added verifier, projections, queue and workflow
+    (sumi.wire.assignors), kept down; the added verifier, projections, queue and workflow
     engines, which share their partitions with the supervised ones."""
     host.supervisor.held.add("control")
     for service in ("verifier", "projections", "queue", "workflow"):

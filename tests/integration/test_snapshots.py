@@ -20,13 +20,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from sumi.core import codec
 from sumi.core import records as r
-from sumi.core.topics import instance_key, partition_for
 from sumi.engines.snapshots import Snapshots, chunk_key, header_key
 from sumi.queue._memory import BodyBudget
 from sumi.queue._snapshot import restore
 from sumi.queue._state import EngineState, evolve
+from sumi.wire import codec
+from sumi.wire.topics import instance_key, partition_for
 from tests.bench.bench_scale import restart
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, committed_log, new_settings, new_space, running_host

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 import sumi
-from sumi.core import codec
+from sumi.wire import codec
 from sumi.core.records import RECORD_TYPES
 
 assert "site-packages" in sumi.__file__ and "services" not in sumi.__file__, sumi.__file__

@@ -88,7 +88,7 @@ def test_no_module_imports_itself_through_others() -> None:
 
 
 def test_the_shared_pieces_sit_below_both_engines() -> None:
-    for module in _inside("sumi.engines") + ["sumi.core.outbox"]:
+    for module in _inside("sumi.engines") + ["sumi.wire.outbox"]:
         assert not any(m.startswith(("sumi.queue", "sumi.workflow")) for m in reaches(module)), module
 
 

@@ -1,7 +1,7 @@
 """The pure decision modules load without any I/O library, not even indirectly.
 
 ruff's banned-api rule (pyproject.toml) stops a pure module importing aiokafka,
-fastavro, psycopg or starlette itself; it cannot see `import sumi.core.codec`, which
+fastavro, psycopg or starlette itself; it cannot see `import sumi.wire.codec`, which
 drags fastavro in. This test imports each pure module in a fresh interpreter and
 looks at what got loaded, so an indirect import fails here.
 
@@ -84,5 +84,5 @@ def test_a_pure_module_loads_no_io_library(path: Path) -> None:
 
 
 def test_the_probe_sees_an_indirect_import() -> None:
-    # The check itself can fail: sumi.core.codec is not pure, and it loads fastavro.
-    assert "fastavro" in _loaded_by("sumi.core.codec")
+    # The check itself can fail: sumi.wire.codec is not pure, and it loads fastavro.
+    assert "fastavro" in _loaded_by("sumi.wire.codec")

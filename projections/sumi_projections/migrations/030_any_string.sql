@@ -10,7 +10,7 @@ ALTER TABLE decisions ALTER COLUMN problem TYPE json USING problem::json,
 ALTER TABLE workflow_instances ALTER COLUMN output TYPE json USING output::json;
 ALTER TABLE workflow_history ALTER COLUMN data TYPE json USING data::json;
 
--- From now on every str is stored through sumi.core.pgtext.encode (U+0000 and U+0001 escaped
+-- From now on every str is stored through sumi.wire.pgtext.encode (U+0000 and U+0001 escaped
 -- with U+0001): the U+0001 already stored raw gets its escape, so it reads back as it was.
 DO $$
 DECLARE c record;

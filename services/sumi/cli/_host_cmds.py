@@ -87,9 +87,9 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
         signal.signal(signal.SIGHUP, lambda s, f: signal.raise_signal(signal.SIGTERM))
         uvicorn.run(create_app(config), host=config.http_host, port=config.http_port, log_level="warning")
         return 0
-    from sumi.core.outbox import end_process_on_failure
     from sumi.host.bootstrap import prepare
     from sumi.host.replica import Clash, named
+    from sumi.wire.outbox import end_process_on_failure
 
     end_process_on_failure(15.0)  # a failed commit ends the process, its close bounded (the supervisor restarts it)
 

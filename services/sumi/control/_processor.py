@@ -6,9 +6,9 @@ from sumi.control._decide import decide
 from sumi.control.state import ControlState, evolve
 from sumi.core import records as r
 from sumi.core.config import Settings
-from sumi.core.kafka import Out
-from sumi.core.topics import ADMIN_KEY
 from sumi.engines.shell import Shell
+from sumi.wire.kafka import Out
+from sumi.wire.topics import ADMIN_KEY
 
 
 class ControlLogic:
@@ -37,7 +37,7 @@ class ControlLogic:
 
 def control_shell(settings: Settings) -> Shell:
     # A command is decided against other partitions' state (a token's grant names a Space):
-    # one replica holds every partition, the others stand by (sumi.core.assignors).
+    # one replica holds every partition, the others stand by (sumi.wire.assignors).
     commands, control = settings.topic("commands"), settings.topic("control")
     return Shell(settings, "control", commands, ControlLogic(settings), changelog_topic=control, one_owner=True)
 

@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from sumi.core import kafka
 from sumi.core.clock import now_ms
 from sumi.core.config import Settings
 from sumi.core.records import MetricsSnapshot
+from sumi.wire import kafka
 
 log = logging.getLogger("sumi.metrics")
 # Well inside the gateway's STALE_S (30 s), and rare enough that an idle Host's snapshots are

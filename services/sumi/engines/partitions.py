@@ -4,7 +4,7 @@ An engine's log is its input and its changelog at once (the queue engine's `queu
 the gateway appends messages, the engine its decisions). Replicas of the engine share the
 log's partitions through a consumer group. For each partition it is given, a replica:
 
-1. starts the partition's transactional producer (`sumi.core.fencing`): the previous owner's
+1. starts the partition's transactional producer (`sumi.wire.fencing`): the previous owner's
    open transaction is aborted and its next commit fails, so nothing it decided after this
    point can land;
 2. folds the partition from its start to the end offsets found then (read_committed, so
@@ -40,14 +40,15 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from sumi.core import allocator, ids, kafka
+from sumi.core import allocator, ids
 from sumi.core.config import Settings
-from sumi.core.fencing import PartitionProducers
-from sumi.core.membership import Membership
-from sumi.core.outbox import Outbox
 from sumi.core.records import Record
-from sumi.core.topics import partition_for
 from sumi.engines.snapshots import Snapshots
+from sumi.wire import kafka
+from sumi.wire.fencing import PartitionProducers
+from sumi.wire.membership import Membership
+from sumi.wire.outbox import Outbox
+from sumi.wire.topics import partition_for
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ workflow engine: `workflow.commands` in, the instance log out, partition N of on
 same keys as partition N of the other) shares both among its replicas through a consumer
 group on the input. For each assignment a replica:
 
-1. starts a transactional producer pair per assigned partition (`sumi.core.fencing`): the
+1. starts a transactional producer pair per assigned partition (`sumi.wire.fencing`): the
    previous owner's open transactions are aborted and its next commit fails;
 2. runs a generation: the engine rebuilds the state of exactly those partitions from their
    snapshots and changelog (after the fence, so the old owner's last commit is in it), then
@@ -31,10 +31,10 @@ from typing import Any, Protocol
 
 from aiokafka import TopicPartition
 
-from sumi.core import kafka
 from sumi.core.config import Settings
-from sumi.core.fencing import PartitionProducers
-from sumi.core.membership import Membership
+from sumi.wire import kafka
+from sumi.wire.fencing import PartitionProducers
+from sumi.wire.membership import Membership
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 A processor (`Processor`) supplies its fold and its decisions; the shell owns the rest. It
 holds the partitions of the input topic that the consumer group gives it; any number of
 replicas share them. Each partition has a transactional producer of its own
-(`sumi.core.fencing`), started before the partition's committed offset is read, so a replica
+(`sumi.wire.fencing`), started before the partition's committed offset is read, so a replica
 that lost a partition can commit nothing for it after. The processor's state for a partition
 is folded before any input of that partition is decided: from the same partition of its
 changelog topic, read to the end (read_committed), or, for a processor whose input is its own
@@ -33,11 +33,11 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from sumi.core import assignors, kafka
 from sumi.core.config import Settings
-from sumi.core.fencing import Folds, PartitionProducers
-from sumi.core.kafka import Out
-from sumi.core.membership import Membership
+from sumi.wire import assignors, kafka
+from sumi.wire.fencing import Folds, PartitionProducers
+from sumi.wire.kafka import Out
+from sumi.wire.membership import Membership
 
 log = logging.getLogger(__name__)
 

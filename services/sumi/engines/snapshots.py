@@ -23,10 +23,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from sumi.core import codec, kafka
-from sumi.core.codec import Undecodable
 from sumi.core.config import Settings
 from sumi.core.records import Record, SnapshotHeader
+from sumi.wire import codec, kafka
+from sumi.wire.codec import Undecodable
 
 log = logging.getLogger(__name__)
 _IN_FLIGHT = 8  # chunks sent before their acks are awaited (each up to 512 KiB)

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter
 
-from sumi.core import kafka, topics
 from sumi.core.clock import now_ms
 from sumi.core.config import Settings
 from sumi.core.records import WorkerLogged
 from sumi.runtime.types import LogSink
+from sumi.wire import kafka, topics
 
 log = logging.getLogger("sumi.worklogs")
 CAPACITY = 20_000  # lines waiting for the producer, all contexts of this engine together

@@ -21,16 +21,16 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 
-from sumi.core import kafka, pgtext
-from sumi.core.bodies import BodyReader
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
-from sumi.core.topics import MAX_RECORD_BYTES, Location, partition_for
 from sumi.gateway._backlog import Backlog
 from sumi.gateway._decisions import Decisions
 from sumi.gateway._logdecisions import LogDecisions
 from sumi.gateway._lookups import Lookups
 from sumi.gateway._positions import Positions
+from sumi.wire import kafka, pgtext
+from sumi.wire.bodies import BodyReader
+from sumi.wire.topics import MAX_RECORD_BYTES, Location, partition_for
 
 log = logging.getLogger("sumi.gateway")
 

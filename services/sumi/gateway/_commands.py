@@ -21,16 +21,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sumi.core import commands as c
-from sumi.core.codec import encode
 from sumi.core.ids import new_ulid
 from sumi.core.problems import Problem
 from sumi.core.records import CommandSubmitted
-from sumi.core.topics import Location
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller
 from sumi.gateway._backend import Backend, Row, backend
 from sumi.gateway._problems import stored_problem_response
 from sumi.gateway._views import operation_json, with_rfc3339
+from sumi.wire.codec import encode
+from sumi.wire.topics import Location
 
 
 @dataclass(frozen=True)

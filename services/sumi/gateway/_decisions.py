@@ -25,9 +25,9 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
-from sumi.core import pgtext
 from sumi.core.config import Settings
 from sumi.gateway._lookups import Lookups, changes_channel
+from sumi.wire import pgtext
 
 log = logging.getLogger("sumi.gateway")
 

@@ -13,9 +13,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from sumi.core import codec, idlefetch
 from sumi.core.config import Settings
 from sumi.core.records import MetricsSnapshot
+from sumi.wire import codec, idlefetch
 
 log = logging.getLogger("sumi.gateway")
 STALE_S = 30.0

@@ -31,10 +31,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from sumi.core import codec, kafka
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.gateway._decisions import Decisions
+from sumi.wire import codec, kafka
 from sumi.workflow.replies import DECIDED_FP, command_id_of
 
 log = logging.getLogger("sumi.gateway")

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from sumi.core import codec, topics
 from sumi.core.config import Settings
 from sumi.core.records import WorkerLogged
 from sumi.gateway._logfilter import LogFilter
+from sumi.wire import codec, topics
 
 log = logging.getLogger("sumi.gateway")
 SCAN = 20_000  # without `since`, the lines looked at: the partition's last this many

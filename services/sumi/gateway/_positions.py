@@ -14,7 +14,7 @@ the projection past them).
 from collections import OrderedDict
 
 from sumi.core.problems import Problem
-from sumi.core.topics import Location
+from sumi.wire.topics import Location
 
 HEADER = "Sumi-Position"
 

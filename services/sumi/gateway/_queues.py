@@ -19,7 +19,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sumi.control.forms.names import QUEUE
-from sumi.core.codec import encode
 from sumi.core.problems import Problem
 from sumi.core.records import MessageAccepted
 from sumi.core.times import rfc3339
@@ -31,6 +30,7 @@ from sumi.gateway._poll import poll
 from sumi.gateway._query import bool_param, choice_param, int_param
 from sumi.gateway._queue_input import Outgoing, message_ids, parse_messages
 from sumi.gateway._routing import route
+from sumi.wire.codec import encode
 
 log = logging.getLogger("sumi.gateway")
 

@@ -7,13 +7,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from sumi.core import kafka
 from sumi.core.problems import Problem
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import authenticate
 from sumi.gateway._backend import backend
 from sumi.gateway._problems import problem_response
 from sumi.gateway._routing import route
+from sumi.wire import kafka
 
 READY_TIMEOUT = 2.0
 log = logging.getLogger(__name__)

@@ -10,7 +10,6 @@ from sumi.control.forms import NAME_RE
 from sumi.core import commands as c
 from sumi.core.problems import Problem
 from sumi.core.times import rfc3339
-from sumi.core.topics import ADMIN_KEY
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import authenticate, require_admin, token_hash
 from sumi.gateway._backend import backend
@@ -18,6 +17,7 @@ from sumi.gateway._commands import Submission, decide, respond, submit
 from sumi.gateway._json import check_object, read_object, require
 from sumi.gateway._routing import route
 from sumi.gateway._spaces import check_name
+from sumi.wire.topics import ADMIN_KEY
 
 ROLES: dict[str, c.Role] = {"viewer": "viewer", "editor": "editor"}
 

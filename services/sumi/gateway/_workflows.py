@@ -34,7 +34,6 @@ from sumi.control.forms.durable_workflow import STATUSES
 from sumi.core.ids import new_ulid
 from sumi.core.problems import Problem
 from sumi.core.times import rfc3339
-from sumi.core.topics import instance_key
 from sumi.gateway import _positions as positions
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller, authorize
@@ -44,6 +43,7 @@ from sumi.gateway._json import DocumentResponse, check_object, fingerprint, idem
 from sumi.gateway._query import choice_param, int_param
 from sumi.gateway._readafter import read_after
 from sumi.gateway._routing import route
+from sumi.wire.topics import instance_key
 from sumi.workflow import MAX_DOCUMENT_BYTES, is_name
 from sumi.workflow.commands import (
     UNSET,

@@ -7,9 +7,9 @@ from typing import Any, TextIO
 
 from aiokafka import AIOKafkaConsumer
 
-from sumi.core import codec, kafka
 from sumi.core.logline import format_line, item
 from sumi.core.records import WorkerLogged
+from sumi.wire import codec, kafka
 
 
 class HostLogPrinter:

@@ -21,9 +21,9 @@ from typing import Any
 
 import psycopg
 
-from sumi.core import codec, kafka, pgtext
 from sumi.core import records as r
 from sumi.core.config import Settings
+from sumi.wire import codec, kafka, pgtext
 from sumi_projections import Collected, drop, migrate, prune, runners
 
 # Bookkeeping, not folds of the log: how far each projection and prune pass got, and when.

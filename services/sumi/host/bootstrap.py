@@ -9,10 +9,11 @@ from pathlib import Path
 import psycopg
 from aiokafka import AIOKafkaProducer
 
-from sumi.core import codec, ids, pgtext
+from sumi.core import ids
 from sumi.core.commands import TokenCreate, submitted
 from sumi.core.config import Settings
-from sumi.core.topics import ADMIN_KEY, ensure_topics, partition_for
+from sumi.wire import codec, pgtext
+from sumi.wire.topics import ADMIN_KEY, ensure_topics, partition_for
 from sumi_projections import migrate
 
 

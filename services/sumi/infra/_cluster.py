@@ -4,7 +4,7 @@ story (replicated topics, a leader that moves when its broker dies) runs on one 
 Each node is a `KafkaBroker` in combined mode (broker and controller), all of them voters of
 one quorum: with three, one may die and the quorum, every partition leader and every
 transaction go on. Internal topics get three replicas and need two in sync; the Host's own
-topics get what `Settings.replication` says (`sumi.core.topics`), and take two in sync too.
+topics get what `Settings.replication` says (`sumi.wire.topics`), and take two in sync too.
 """
 
 import shutil

@@ -27,9 +27,9 @@ import heapq
 from dataclasses import dataclass, field
 
 from sumi.core import records as r
-from sumi.core.topics import Location
 from sumi.queue._cold import ColdTail
 from sumi.queue._memory import BodyBudget, SettledWindow
+from sumi.wire.topics import Location
 
 DEFAULT_SETTLED_WINDOW = 100_000  # sumi.core.config.Settings.queue_settled_window
 DEFAULT_BODY_BUDGET = 64 << 20  # sumi.core.config.Settings.queue_body_budget_bytes

@@ -35,9 +35,8 @@ from aiokafka import AIOKafkaConsumer
 from prometheus_client import CollectorRegistry
 
 from sumi.control.state import OperationView
-from sumi.core import clock, codec, ids, kafka
+from sumi.core import clock, ids
 from sumi.core import records as r
-from sumi.core.bodies import BodyReader
 from sumi.core.clock import now_ms
 from sumi.core.commands import Command, OperationReport, ResourceObserve, submitted
 from sumi.core.config import Settings
@@ -57,6 +56,8 @@ from sumi.queue._metrics import QueueMetrics
 from sumi.queue._runs import BatchRun, Workflows, gone, new_id
 from sumi.queue._state import ENGINE_RECORDS, EngineState, evolve
 from sumi.runtime.types import Runtime
+from sumi.wire import codec, kafka
+from sumi.wire.bodies import BodyReader
 
 log = logging.getLogger("sumi.queue")
 SWEEP_MS = 1000

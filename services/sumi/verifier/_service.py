@@ -36,13 +36,13 @@ from sumi.control.state import ControlState, evolve
 from sumi.core import records as r
 from sumi.core.commands import OperationReport, submitted
 from sumi.core.config import Settings
-from sumi.core.kafka import Out
 from sumi.core.problems import FieldError, Problem
 from sumi.engines.fair import FairSlots
 from sumi.engines.runtimes import Runtimes
 from sumi.engines.shell import Decided, Shell
 from sumi.runtime import Limits, Module
 from sumi.runtime.types import LoadInfo
+from sumi.wire.kafka import Out
 
 log = logging.getLogger("sumi.verifier")
 PRINCIPAL = "sumi-verifier"

@@ -17,8 +17,8 @@ from sumi.control.state import VersionView
 from sumi.core import ids
 from sumi.core import records as r
 from sumi.core.problems import Problem
-from sumi.core.topics import instance_key
 from sumi.runtime import HostError
+from sumi.wire.topics import instance_key
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow._control import WorkflowControl

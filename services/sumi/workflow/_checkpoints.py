@@ -20,8 +20,8 @@ from aiokafka import TopicPartition
 from sumi.core import ids, sealing
 from sumi.core.config import Settings
 from sumi.core.records import WorkflowSnapshotChunk
-from sumi.core.topics import partition_for
 from sumi.engines.snapshots import Snapshots
+from sumi.wire.topics import partition_for
 from sumi.workflow import _snapshot as snapshot
 from sumi.workflow._intake import REMEMBERED_COMMANDS
 from sumi.workflow._state import Instance

@@ -18,10 +18,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.errors import CommitFailedError, IllegalGenerationError, KafkaError, RebalanceInProgressError
 
-from sumi.core import kafka
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
+from sumi.wire import kafka
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow._control import WorkflowControl

@@ -23,7 +23,7 @@ from sumi.core import records as r
 from sumi.core import sealing
 from sumi.core.clock import now_ms
 from sumi.core.problems import Problem
-from sumi.core.topics import partition_for
+from sumi.wire.topics import partition_for
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow.replies import Replies

@@ -11,7 +11,7 @@ import heapq
 from collections.abc import Iterator
 
 from sumi.core import records as r
-from sumi.core.topics import partition_for
+from sumi.wire.topics import partition_for
 from sumi.workflow import _decide as d
 from sumi.workflow._state import Counts, Instance
 

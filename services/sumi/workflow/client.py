@@ -28,15 +28,16 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from sumi.control.state import VersionView
-from sumi.core import ids, kafka
+from sumi.core import ids
 from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.config import Settings
-from sumi.core.keyreader import KeyReader
 from sumi.core.offloop import OffLoop
 from sumi.core.problems import Problem
-from sumi.core.topics import instance_key
 from sumi.runtime import HostError
+from sumi.wire import kafka
+from sumi.wire.keyreader import KeyReader
+from sumi.wire.topics import instance_key
 from sumi.workflow import commands as c
 from sumi.workflow._bindings import binding_target, create_command, event_command
 from sumi.workflow._decide import status_of

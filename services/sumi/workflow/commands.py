@@ -1,7 +1,7 @@
 """Typed workflow commands: one frozen msgspec Struct per kind, decoded once at the engine's edge.
 
 On the wire a command is a `CommandSubmitted` on `<prefix>.workflow.commands`, keyed by
-the instance key `<workflowUid>/<instanceId>` (sumi.core.topics.instance_key), with
+the instance key `<workflowUid>/<instanceId>` (sumi.wire.topics.instance_key), with
 `kind` one of `KINDS` and `payload` the canonical JSON of the Struct (`payload()`). The
 gateway (§5 HTTP) and the engines (worker bindings, WF-18) build commands with these
 classes and `submitted()`; the engine decodes them with `decode()`; the decision is a
@@ -26,7 +26,7 @@ from msgspec import UNSET, UnsetType
 from sumi.core.commands import Kinds, TypedCommand, payload, submitted
 from sumi.core.ids import new_ulid
 from sumi.core.problems import Problem
-from sumi.core.topics import instance_key
+from sumi.wire.topics import instance_key
 from sumi.workflow._documents import MAX_NAME_LENGTH, document_json, is_name
 
 __all__ = [

@@ -3,7 +3,7 @@
 Plumbing around the pure core (`_state`, `_decide`):
 - The instance log (topic `workflow`, key `<workflowUid>/<instanceId>`) is the engine's
   changelog; the owner of a partition is its only writer. A generation, after its
-  transactional producers (a pair per partition its outbox takes turns on, `sumi.core.outbox`)
+  transactional producers (a pair per partition its outbox takes turns on, `sumi.wire.outbox`)
   have fenced the partitions' previous owner, folds its partitions to the end (read_committed)
   and never reads them again: every later record is folded when decided.
 - Commands (topic `workflow.commands`, same key) come through the intake (`_intake`):
@@ -51,22 +51,23 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import CollectorRegistry
 
-from sumi.core import allocator, clock, ids, kafka, sealing
+from sumi.core import allocator, clock, ids, sealing
 from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.commands import Command as ControlCommand
 from sumi.core.commands import submitted
 from sumi.core.config import Settings
-from sumi.core.fencing import PartitionProducers
-from sumi.core.outbox import Outbox
 from sumi.core.problems import Problem
-from sumi.core.topics import instance_key, partition_for
 from sumi.engines import exporter
 from sumi.engines.metrics import PlumbingMetrics
 from sumi.engines.runtimes import Runtimes
 from sumi.engines.shares import Shares
 from sumi.engines.worklogs import WorkerLogs
 from sumi.runtime.types import Runtime, WorkflowOutcome
+from sumi.wire import kafka
+from sumi.wire.fencing import PartitionProducers
+from sumi.wire.outbox import Outbox
+from sumi.wire.topics import instance_key, partition_for
 from sumi.workflow import _decide as d
 from sumi.workflow import _keys
 from sumi.workflow import commands as c

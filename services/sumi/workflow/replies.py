@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 from aiokafka import TopicPartition
 
-from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.problems import Problem
+from sumi.wire import codec
 
 DECIDED_FP = codec.encode(r.CommandDecided("c", "s", "p", "k", True, 200, 0))[2:10]
 Answer = asyncio.Future[r.CommandDecided]

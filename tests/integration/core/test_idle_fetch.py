@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from sumi.core import idlefetch
+from sumi.wire import idlefetch
 from tests.hostkit import scratch_topic
 
 pytestmark = pytest.mark.integration

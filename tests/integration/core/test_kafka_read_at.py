@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from sumi.core import kafka
+from sumi.wire import kafka
 from tests.hostkit import scratch_topic
 
 pytestmark = pytest.mark.integration

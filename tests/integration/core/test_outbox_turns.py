@@ -1,4 +1,4 @@
-"""The outbox's pair of transactional producers against a real broker (`sumi.core.outbox`):
+"""The outbox's pair of transactional producers against a real broker (`sumi.wire.outbox`):
 commits taking turns keep the order of the decisions, and a new owner fences both."""
 
 import asyncio
@@ -9,11 +9,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
-from sumi.core import codec
-from sumi.core import outbox as outbox_module
 from sumi.core import records as r
-from sumi.core.outbox import Outbox
-from sumi.core.topics import partition_for
+from sumi.wire import codec
+from sumi.wire import outbox as outbox_module
+from sumi.wire.outbox import Outbox
+from sumi.wire.topics import partition_for
 from tests.hostkit import scratch_topic
 
 pytestmark = pytest.mark.integration

@@ -15,15 +15,15 @@ from aiokafka.errors import ProducerFenced
 from sumi.control._processor import ControlLogic, control_shell
 from sumi.control.forms.names import MODULE_WORKER, WORKER_VERSION
 from sumi.control.state import ControlState
-from sumi.core import codec, kafka
 from sumi.core import records as r
 from sumi.core.commands import SpaceCreate, submitted
 from sumi.core.config import Settings
-from sumi.core.topics import ensure_topics, partition_for
 from sumi.engines.shell import Shell
 from sumi.testing import new_settings
 from sumi.verifier import Verifier
 from sumi.verifier._service import verifier_shell
+from sumi.wire import codec, kafka
+from sumi.wire.topics import ensure_topics, partition_for
 from tests.hostkit import committed_messages
 
 pytestmark = pytest.mark.integration

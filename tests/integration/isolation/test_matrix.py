@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from sumi.core import kafka
 from sumi.gateway.openapi import document
+from sumi.wire import kafka
 from tests.hostkit import Host, SpaceFixture, new_space
 from tests.httpkit import QUEUE, assert_problem, auth, key
 

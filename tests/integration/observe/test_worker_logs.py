@@ -16,9 +16,9 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from sumi.core import codec
 from sumi.core.records import WorkerLogged
 from sumi.host._uplogs import HostLogPrinter
+from sumi.wire import codec
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import Host, new_space
 from tests.httpkit import WORKFLOW, auth

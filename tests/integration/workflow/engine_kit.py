@@ -20,12 +20,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, QUEUE, WORKER_DEPLOYMENT, WORKER_VERSION
-from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.config import Settings
-from sumi.core.keyreader import KeyReader
-from sumi.core.topics import ensure_topics, partition_for
 from sumi.infra.lifeline import ENV as LIFELINE
+from sumi.wire import codec
+from sumi.wire.keyreader import KeyReader
+from sumi.wire.topics import ensure_topics, partition_for
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow.engine import Engine

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.config import Settings
+from sumi.wire import codec
 from sumi.workflow import commands as c
 from sumi.workflow.engine import Engine
 from tests.hostkit import new_settings

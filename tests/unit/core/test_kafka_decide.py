@@ -4,10 +4,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from sumi.core import codec, kafka
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.engines.shell import Shell
+from sumi.wire import codec, kafka
 
 GOOD = codec.encode(r.SpaceCreated("demo", 1))
 UNKNOWN_FP = codec.MAGIC + b"\x01\x02\x03\x04\x05\x06\x07\x08" + GOOD[10:]

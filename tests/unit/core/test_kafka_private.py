@@ -1,11 +1,11 @@
-"""The only private aiokafka parts sumi uses (in sumi.core.kafka): this fails when a new aiokafka moves them."""
+"""The only private aiokafka parts sumi uses (in sumi.wire.kafka): this fails when a new aiokafka moves them."""
 
 import inspect
 
 import aiokafka.producer.sender as sender
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from sumi.core import kafka
+from sumi.wire import kafka
 
 
 async def test_consumer_metadata_refresh_is_where_kafka_py_calls_it() -> None:

@@ -1,10 +1,10 @@
-"""The read side's str encoding (sumi.core.pgtext): reversible, free of U+0000, ordered."""
+"""The read side's str encoding (sumi.wire.pgtext): reversible, free of U+0000, ordered."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sumi.core.pgtext import decode, encode
+from sumi.wire.pgtext import decode, encode
 
 # Mostly the two characters the encoding touches, so their neighbours meet often.
 TEXT = st.text(st.sampled_from("\x00\x01\x02a") | st.characters(codec="utf-8"))

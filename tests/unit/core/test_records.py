@@ -9,8 +9,8 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from sumi.core import codec
 from sumi.core import records as r
+from sumi.wire import codec
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "records"
 

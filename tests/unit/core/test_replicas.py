@@ -11,10 +11,10 @@ from aiokafka import TopicPartition
 from aiokafka.cluster import ClusterMetadata
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
-from sumi.core.assignors import HOLDING, one_owner, owner
 from sumi.core.config import Settings
-from sumi.core.fencing import Folds, PartitionProducers, transactional_id
 from sumi.engines.shares import Shares
+from sumi.wire.assignors import HOLDING, one_owner, owner
+from sumi.wire.fencing import Folds, PartitionProducers, transactional_id
 from sumi_projections._owned import stale
 
 

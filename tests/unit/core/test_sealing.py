@@ -3,8 +3,9 @@ with its key while the key lives, and with nothing once the key's tombstone is f
 
 import dataclasses
 
-from sumi.core import codec, sealing
 from sumi.core import records as r
+from sumi.core import sealing
+from sumi.wire import codec
 
 KEY = sealing.new_key("dk_01", "wf_1", "inst-1", 1)
 OTHER = sealing.new_key("dk_02", "wf_1", "inst-1", 1, sequence=1)

@@ -3,7 +3,7 @@
 import pytest
 
 from sumi.core.config import Settings
-from sumi.core.topics import topic_specs
+from sumi.wire.topics import topic_specs
 
 
 @pytest.mark.parametrize("replication, isr", [(1, "1"), (2, "2"), (3, "2")])

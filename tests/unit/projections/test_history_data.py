@@ -7,10 +7,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.canonical import loads, parsed_canonical
 from sumi.core.times import rfc3339
+from sumi.wire import codec
 from sumi_projections import workflow
 
 W, T0 = "res_wf", 1_700_000_000_000

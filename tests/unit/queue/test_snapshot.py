@@ -9,13 +9,13 @@ from typing import Any
 import fastavro
 import pytest
 
-from sumi.core import codec
 from sumi.core import records as r
-from sumi.core.topics import Location
 from sumi.queue import _decide as d
 from sumi.queue._memory import BodyBudget
 from sumi.queue._snapshot import capture, restore
 from sumi.queue._state import EngineState, evolve
+from sumi.wire import codec
+from sumi.wire.topics import Location
 from tests.unit.queue.test_engine_core import T0, consumer, new_id
 
 WINDOW, BUDGET = 40, 2_000

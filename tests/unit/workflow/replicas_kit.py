@@ -12,7 +12,7 @@ from sumi.control import ControlState
 from sumi.control.forms.names import DURABLE_WORKFLOW
 from sumi.core import records as r
 from sumi.core.commands import Command, submitted
-from sumi.core.topics import instance_key, partition_for
+from sumi.wire.topics import instance_key, partition_for
 from sumi.workflow import _decide as d
 from sumi.workflow._control import WorkflowControl
 from sumi.workflow._table import InstanceTable

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from sumi.control.forms.durable_workflow import STATUSES, summed
 from sumi.core import records as r
-from sumi.core.topics import instance_key, partition_for
+from sumi.wire.topics import instance_key, partition_for
 from sumi.workflow._state import Counts, Instance, LogRecord
 
 WORKFLOWS = ("wf_a", "wf_b")

@@ -7,7 +7,7 @@ import asyncio
 
 from sumi.core import records as r
 from sumi.core.commands import OperationReport
-from sumi.core.topics import instance_key
+from sumi.wire.topics import instance_key
 from sumi.workflow._deletes import STOP_PROOF_MS, Deletes
 from tests.decisions_kit import delete, reply
 from tests.unit.workflow.replicas_kit import PARTITIONS, FakeRun, Replica, seed, workflow

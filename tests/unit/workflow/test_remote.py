@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from sumi.core import codec, sealing
 from sumi.core import records as r
+from sumi.core import sealing
 from sumi.core.config import Settings, SettingsError
 from sumi.core.problems import Problem
+from sumi.wire import codec
 from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow._remote import Remote

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sumi.core import codec
 from sumi.core import records as r
 from sumi.core.problems import Problem
+from sumi.wire import codec
 from sumi.workflow.replies import Replies, command_id_of
 
 TOPIC = "t.workflow"

@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from sumi.core import codec, sealing
 from sumi.core import records as r
+from sumi.core import sealing
+from sumi.wire import codec
 from sumi.workflow._snapshot import capture, restore
 from sumi.workflow._state import Counts, Instance, evolve
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sumi.core import codec
 from sumi.core import records as r
+from sumi.wire import codec
 from sumi.workflow import _decide as d
 from sumi.workflow import _state
 from sumi.workflow._decide import status_of

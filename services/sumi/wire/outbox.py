@@ -37,8 +37,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from sumi.core import kafka
-from sumi.core.topics import partition_for
+from sumi.wire import kafka
+from sumi.wire.topics import partition_for
 
 log = logging.getLogger(__name__)
 # Set by `sumi serve` (never in a test's own process): how long a process whose outbox failed

@@ -36,10 +36,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from sumi.core import codec, idlefetch
 from sumi.core import records as r
 from sumi.core.config import Settings
-from sumi.core.topics import QUARANTINE_RECORD_BYTES, partition_for
+from sumi.wire import codec, idlefetch
+from sumi.wire.topics import QUARANTINE_RECORD_BYTES, partition_for
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ The control processor decides a command against state of other partitions than t
 command's own (a token's grant names a Space, whose records are keyed by that Space), so
 its partitions cannot be split among replicas. Its group gives every partition to one
 member and none to the others, which stand by to take them over (after fencing, as
-any new owner does: `sumi.core.fencing`). The member that holds them says so in its
+any new owner does: `sumi.wire.fencing`). The member that holds them says so in its
 subscription metadata, so a standby joining never moves them; when it is gone, the first
 member by ID takes them.
 """

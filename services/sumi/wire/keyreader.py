@@ -18,8 +18,9 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from ulid import ULID
 
-from sumi.core import kafka, sealing
+from sumi.core import sealing
 from sumi.core.config import Settings
+from sumi.wire import kafka
 
 FRESH_MS = 30_000  # a key made this recently may still be on its way
 WAIT_S = 10.0  # at most this long per batch

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 from aiokafka import AIOKafkaConsumer
 
-from sumi.core import kafka
 from sumi.core import records as r
-from sumi.core.topics import Location
+from sumi.wire import kafka
+from sumi.wire.topics import Location
 
 
 class BodyReader:

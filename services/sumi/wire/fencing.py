@@ -11,7 +11,7 @@ process. Only then does the new owner read the partition's committed offset (`fe
 no commit of the old owner can land between that read and the first decision.
 
 A partition's engine outbox takes turns on a pair of producers (`turns=2`, see
-`sumi.core.outbox`), `...-p<partition>` and `...-p<partition>-t1`: the new owner starts both,
+`sumi.wire.outbox`), `...-p<partition>` and `...-p<partition>-t1`: the new owner starts both,
 so both of the old owner's are fenced before it reads anything.
 
 Rebalances under aiokafka's eager protocol revoke everything and assign anew: producers of
@@ -26,8 +26,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from sumi.core import kafka
 from sumi.core.config import Settings
+from sumi.wire import kafka
 
 log = logging.getLogger(__name__)
 
