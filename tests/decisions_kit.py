@@ -5,7 +5,7 @@ import json
 from typing import Any
 
 from sumi.control import ControlState, decide, evolve
-from sumi.control.forms.names import MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
+from sumi.control.rules.forms.names import MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
 from sumi.core import records as r
 
 NOW = 1_700_000_000_000

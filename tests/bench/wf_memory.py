@@ -21,11 +21,11 @@ from typing import Any
 from sumi.core import records as r
 from sumi.core import sealing
 from sumi.wire import codec
-from sumi.workflow import _decide as d
-from sumi.workflow import _keys
-from sumi.workflow._state import Instance, LogRecord
-from sumi.workflow._table import InstanceTable
 from sumi.workflow.commands import UNSET, CreateInstance
+from sumi.workflow.rules import _decide as d
+from sumi.workflow.rules import _keys
+from sumi.workflow.rules._state import Instance, LogRecord
+from sumi.workflow.rules._table import InstanceTable
 
 T0 = 1_700_000_000_000
 _ids = itertools.count()

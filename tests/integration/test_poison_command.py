@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from sumi.control.forms.names import QUEUE
+from sumi.control.rules.forms.names import QUEUE
 from sumi.core import records as r
 from sumi.wire import codec
 from sumi.wire.topics import partition_for

@@ -22,9 +22,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from sumi.core import records as r
 from sumi.engines.snapshots import Snapshots, chunk_key, header_key
-from sumi.queue._memory import BodyBudget
-from sumi.queue._snapshot import restore
-from sumi.queue._state import EngineState, evolve
+from sumi.queue.rules._memory import BodyBudget
+from sumi.queue.rules._snapshot import restore
+from sumi.queue.rules._state import EngineState, evolve
 from sumi.wire import codec
 from sumi.wire.topics import instance_key, partition_for
 from tests.bench.bench_scale import restart

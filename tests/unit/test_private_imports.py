@@ -59,5 +59,5 @@ def test_no_package_imports_another_packages_private_module() -> None:
 def test_the_rule_sees_a_reach_into_another_package() -> None:
     assert private_owner("sumi.workflow._documents.is_name") == "sumi.workflow"
     assert package_of("sumi.gateway._workflows") != package_of("sumi.workflow")
-    assert package_of("sumi.control.forms") == package_of("sumi.control._decide")
+    assert package_of("sumi.control.rules.forms") == package_of("sumi.control.rules._decide")
     assert private_owner("sumi.workflow.replies.DECIDED_FP") is None

@@ -58,8 +58,9 @@ def _module(path: Path) -> str:
 
 def test_the_pure_modules_are_found() -> None:
     names = {_module(p) for p in PURE}
-    assert {"sumi.control._decide", "sumi.control.state", "sumi.queue._decide", "sumi.queue._state"} <= names
-    assert {"sumi.queue._batching", "sumi.control.forms", "sumi.control.forms.queue_consumer"} <= names
+    assert {"sumi.control.rules._decide", "sumi.control.rules.state", "sumi.queue.rules._decide"} <= names
+    assert {"sumi.queue.rules._state", "sumi.queue.rules._batching", "sumi.control.rules.forms"} <= names
+    assert {"sumi.control.rules.forms.queue_consumer", "sumi.core.records", "sumi.core.commands"} <= names
 
 
 def test_every_glob_of_the_pattern_names_a_module() -> None:

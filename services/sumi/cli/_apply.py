@@ -13,13 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sumi.cli import _manifest, deploy
+from sumi.cli import deploy
 from sumi.cli._client import Host
 from sumi.cli._errors import CliError, from_problem
-from sumi.cli._manifest import Item
 from sumi.cli._output import note
 from sumi.cli._state import Globals
-from sumi.control.forms.names import WORKER_VERSION
+from sumi.cli.rules import _manifest
+from sumi.cli.rules._manifest import Item
+from sumi.control.rules.forms.names import WORKER_VERSION
 
 
 def key(*parts: Any) -> str:

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from sumi.cli import deploy as _deploy
 from sumi.cli._client import Host as Api
 from sumi.cli._errors import CliError
-from sumi.control.forms.names import DURABLE_WORKFLOW
+from sumi.control.rules.forms.names import DURABLE_WORKFLOW
 from sumi.runtime import EnvSpec, HostError, Module, StepRecord, WorkflowInvocation
 from sumi.runtime.types import Runtime
 
@@ -39,7 +39,7 @@ class Finding:
 
 
 def invocation(class_name: str, instance_id: str, history: list[dict[str, Any]]) -> WorkflowInvocation:
-    """What the engine's fold (sumi.workflow._state) hands a context, from the history's records."""
+    """What the engine's fold (sumi.workflow.rules._state) hands a context, from the history's records."""
     params: Any = None
     completed: dict[str, StepRecord] = {}
     pending: dict[str, str] = {}

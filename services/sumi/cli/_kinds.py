@@ -1,7 +1,7 @@
 """Short kind names for the six Forms, as the CLI and manifests write them."""
 
 from sumi.cli._errors import USAGE, CliError
-from sumi.control.forms.names import (
+from sumi.control.rules.forms.names import (
     DURABLE_WORKFLOW,
     MODULE_WORKER,
     QUEUE,

@@ -28,7 +28,7 @@ import httpx
 
 from sumi.cli._client import Host as Api
 from sumi.cli._errors import CliError
-from sumi.control.forms.names import (
+from sumi.control.rules.forms.names import (
     DURABLE_WORKFLOW,
     MODULE_WORKER,
     QUEUE,

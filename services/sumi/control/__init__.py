@@ -1,8 +1,8 @@
 """The control processor: Spaces, tokens, Resources and Operations, decided from the log.
 
-`sumi.control.state` is the public fold of the control log that every service reads."""
+`sumi.control.rules.state` is the public fold of the control log that every service reads."""
 
-from sumi.control._decide import Decision, decide
-from sumi.control.state import ControlState, evolve
+from sumi.control.rules._decide import Decision, decide
+from sumi.control.rules.state import ControlState, evolve
 
 __all__ = ["ControlState", "Decision", "decide", "evolve"]

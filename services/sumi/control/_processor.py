@@ -2,8 +2,8 @@
 
 from collections.abc import Iterable
 
-from sumi.control._decide import decide
-from sumi.control.state import ControlState, evolve
+from sumi.control.rules._decide import decide
+from sumi.control.rules.state import ControlState, evolve
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.engines.shell import Shell

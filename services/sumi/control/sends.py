@@ -10,8 +10,8 @@ import base64
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from sumi.control.forms import ResourceView
-from sumi.control.state import LIVE, VersionView
+from sumi.control.rules.forms import ResourceView
+from sumi.control.rules.state import LIVE, VersionView
 from sumi.core import records as r
 from sumi.runtime import HostError
 

@@ -465,7 +465,7 @@ class QueueSnapshotChunk:
     snapshotId: str
     index: int
     # Avro records nested in a chunk stay dicts (QueueSlice, OpenBatch): a chunk is read once,
-    # column by column, by sumi.queue._snapshot and by nothing else.
+    # column by column, by sumi.queue.rules._snapshot and by nothing else.
     queues: Sequence[dict[str, Any]]
     batches: Sequence[dict[str, Any]]
 
@@ -474,7 +474,7 @@ class QueueSnapshotChunk:
 class WorkflowSnapshotChunk:
     snapshotId: str
     index: int
-    instances: Sequence[dict[str, Any]]  # InstanceFold records, read by sumi.workflow._snapshot only
+    instances: Sequence[dict[str, Any]]  # InstanceFold records, read by sumi.workflow.rules._snapshot only
     decided: Sequence[str]
 
 

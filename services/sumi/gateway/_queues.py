@@ -18,7 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from sumi.control.forms.names import QUEUE
+from sumi.control.rules.forms.names import QUEUE
 from sumi.core.problems import Problem
 from sumi.core.records import MessageAccepted
 from sumi.core.times import rfc3339

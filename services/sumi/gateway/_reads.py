@@ -11,7 +11,7 @@ from input.
 
 from typing import Any
 
-from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER
+from sumi.control.rules.forms.names import DURABLE_WORKFLOW, MODULE_WORKER
 from sumi.gateway._backend import Backend, Row
 
 RESOURCE_COLUMNS = "uid, space, name, form, generation, state, spec, observed, output, created_at, updated_at"

@@ -6,7 +6,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from sumi.control.forms import NAME_RE
+from sumi.control.rules.forms import NAME_RE
 from sumi.core import commands as c
 from sumi.core.problems import Problem
 from sumi.core.times import rfc3339

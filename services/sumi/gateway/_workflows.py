@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sumi.control.forms.durable_workflow import STATUSES
+from sumi.control.rules.forms.durable_workflow import STATUSES
 from sumi.core.ids import new_ulid
 from sumi.core.problems import Problem
 from sumi.core.times import rfc3339

@@ -18,10 +18,10 @@ from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.config import Settings
 from sumi.engines.worklogs import LogTags, WorkerLogs
-from sumi.queue import _decide as d
 from sumi.queue._contexts import ContextPool, Key
-from sumi.queue._control import Code, Consumer, ControlTable
-from sumi.queue._state import EngineState
+from sumi.queue.rules import _decide as d
+from sumi.queue.rules._control import Code, Consumer, ControlTable
+from sumi.queue.rules._state import EngineState
 from sumi.runtime import EnvSpec, HostError, Limits, Module, QueueBatch, QueueMessage
 from sumi.runtime.types import Runtime
 

@@ -34,7 +34,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from prometheus_client import CollectorRegistry
 
-from sumi.control.state import OperationView
+from sumi.control.rules.state import OperationView
 from sumi.core import clock, ids
 from sumi.core import records as r
 from sumi.core.clock import now_ms
@@ -46,15 +46,15 @@ from sumi.engines.metrics import PlumbingMetrics
 from sumi.engines.partitions import Partitions
 from sumi.engines.runtimes import Runtimes
 from sumi.engines.worklogs import WorkerLogs
-from sumi.queue import _decide as d
-from sumi.queue import _snapshot as snapshot
-from sumi.queue._batching import pick_version, plan
 from sumi.queue._contexts import ContextPool, Key
-from sumi.queue._control import LIVE, Consumer, ControlTable
-from sumi.queue._memory import BodyBudget
 from sumi.queue._metrics import QueueMetrics
 from sumi.queue._runs import BatchRun, Workflows, gone, new_id
-from sumi.queue._state import ENGINE_RECORDS, EngineState, evolve
+from sumi.queue.rules import _decide as d
+from sumi.queue.rules import _snapshot as snapshot
+from sumi.queue.rules._batching import pick_version, plan
+from sumi.queue.rules._control import LIVE, Consumer, ControlTable
+from sumi.queue.rules._memory import BodyBudget
+from sumi.queue.rules._state import ENGINE_RECORDS, EngineState, evolve
 from sumi.runtime.types import Runtime
 from sumi.wire import codec, kafka
 from sumi.wire.bodies import BodyReader

@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import _frames, _lograte, _protocol, _walls
-from ._protocol import Invocation, ProtocolError
+from . import _frames, _lograte, _walls
+from .rules import _protocol
+from .rules._protocol import Invocation, ProtocolError
 from .types import HostCall, HostError, LogSink
 
 EXITED = {"op": "runtime_exited"}

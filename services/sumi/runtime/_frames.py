@@ -10,7 +10,7 @@ from typing import Any
 
 from sumi.core.canonical import loads
 
-from ._protocol import ProtocolError
+from .rules._protocol import ProtocolError
 
 MAX_FRAME = 64 * 1024 * 1024
 _HEAD = struct.Struct(">I")

@@ -236,6 +236,7 @@ class PyRuntime:
                 "sumi-pyrt-",
                 {
                     "sumi/runtime": sorted(RUNTIME_DIR.glob("*.py")),
+                    "sumi/runtime/rules": sorted((RUNTIME_DIR / "rules").glob("*.py")),
                     "sumi/core": [RUNTIME_DIR.parent / "core" / "canonical.py"],
                     "rfc8785": sorted(Path(rfc8785.__file__).parent.glob("*.py")),
                 },

@@ -366,7 +366,7 @@ class StepApi:
     ``waitForEvent``), nothing else: no attribute, no ``__dict__``, no method that reports an
     outcome. It is the Form's surface, not a wall: Python has no language sandbox, and a worker
     walking ``gc`` or frames can reach the machinery, so what the outcome is worth is judged by the
-    Host, against the step failures it committed (``sumi.workflow._decide``)."""
+    Host, against the step failures it committed (``sumi.workflow.rules._decide``)."""
 
     __slots__ = ("__weakref__",)
 

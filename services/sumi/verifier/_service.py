@@ -10,7 +10,7 @@ its record on the producer of the record's partition. A new record that does not
 or whose fold or verification raises, is quarantined the same way and the verifier goes on.
 
 The worker's runtime and declared handlers come from the public control fold
-(`sumi.control.state`) of the same log (same Space, same partition, earlier). So that a
+(`sumi.control.rules.state`) of the same log (same Space, same partition, earlier). So that a
 restart knows every worker, the control log is its own changelog: each assigned partition
 is read from its beginning, and Versions before the committed offset are only folded,
 never verified again.
@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sumi.control.forms.names import MODULE_WORKER, WORKER_VERSION
-from sumi.control.state import ControlState, evolve
+from sumi.control.rules.forms.names import MODULE_WORKER, WORKER_VERSION
+from sumi.control.rules.state import ControlState, evolve
 from sumi.core import records as r
 from sumi.core.commands import OperationReport, submitted
 from sumi.core.config import Settings

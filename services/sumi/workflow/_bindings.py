@@ -13,19 +13,19 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from sumi.control.state import VersionView
+from sumi.control.rules.state import VersionView
 from sumi.core import ids
 from sumi.core import records as r
 from sumi.core.problems import Problem
 from sumi.runtime import HostError
 from sumi.wire.topics import instance_key
-from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
-from sumi.workflow._control import WorkflowControl
-from sumi.workflow._decide import status_of
 from sumi.workflow._documents import is_name
 from sumi.workflow._remote import Remote, answer_of
-from sumi.workflow._state import Instance
+from sumi.workflow.rules import _decide as d
+from sumi.workflow.rules._control import WorkflowControl
+from sumi.workflow.rules._decide import status_of
+from sumi.workflow.rules._state import Instance
 
 __all__ = ["Bindings", "binding_target", "create_command", "event_command"]
 

@@ -22,9 +22,9 @@ from sumi.core.config import Settings
 from sumi.core.records import WorkflowSnapshotChunk
 from sumi.engines.snapshots import Snapshots
 from sumi.wire.topics import partition_for
-from sumi.workflow import _snapshot as snapshot
 from sumi.workflow._intake import REMEMBERED_COMMANDS
-from sumi.workflow._state import Instance
+from sumi.workflow.rules import _snapshot as snapshot
+from sumi.workflow.rules._state import Instance
 
 log = logging.getLogger("sumi.workflow")
 

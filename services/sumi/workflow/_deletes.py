@@ -18,9 +18,9 @@ from typing import Protocol
 from sumi.core import records as r
 from sumi.core.commands import Command, OperationReport
 from sumi.core.problems import Problem
-from sumi.workflow._control import Workflow, WorkflowControl
 from sumi.workflow._runs import Live
-from sumi.workflow._table import InstanceTable
+from sumi.workflow.rules._control import Workflow, WorkflowControl
+from sumi.workflow.rules._table import InstanceTable
 
 # A delete whose contexts have not all confirmed their stop by then takes the stop as unproven
 # (WF-14): it reports the same Operation `reconciling` and proves the stop by the runtimes' exit.

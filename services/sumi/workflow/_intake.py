@@ -22,9 +22,9 @@ from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
 from sumi.wire import kafka
-from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
-from sumi.workflow._control import WorkflowControl
+from sumi.workflow.rules import _decide as d
+from sumi.workflow.rules._control import WorkflowControl
 
 log = logging.getLogger("sumi.workflow")
 REMEMBERED_COMMANDS = 200_000

@@ -19,8 +19,8 @@ from typing import Protocol
 
 from sumi.core import records as r
 from sumi.core.commands import Command, ResourceObserve
-from sumi.workflow._control import Workflow, WorkflowControl
-from sumi.workflow._table import InstanceTable
+from sumi.workflow.rules._control import Workflow, WorkflowControl
+from sumi.workflow.rules._table import InstanceTable
 
 RESEND_MS = 10_000
 

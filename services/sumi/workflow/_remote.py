@@ -24,9 +24,9 @@ from sumi.core import sealing
 from sumi.core.clock import now_ms
 from sumi.core.problems import Problem
 from sumi.wire.topics import partition_for
-from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow.replies import Replies
+from sumi.workflow.rules import _decide as d
 
 REPLY_KEY_BYTES = 32
 

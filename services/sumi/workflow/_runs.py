@@ -14,8 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
+from sumi.control.rules.state import VersionView
 from sumi.control.sends import sent
-from sumi.control.state import VersionView
 from sumi.core import ids, logs
 from sumi.core import records as r
 from sumi.core.config import Settings
@@ -23,12 +23,12 @@ from sumi.engines.worklogs import LogTags, WorkerLogs
 from sumi.runtime import EnvSpec, HostError, Limits, Module
 from sumi.runtime.allocation import pick_version
 from sumi.runtime.types import Runtime, StepRecord, WorkflowInvocation, WorkflowOutcome
-from sumi.workflow import _decide as d
 from sumi.workflow._bindings import Bindings
-from sumi.workflow._control import WorkflowControl
 from sumi.workflow._metrics import WorkflowMetrics
 from sumi.workflow._spares import Spares
-from sumi.workflow._state import Instance
+from sumi.workflow.rules import _decide as d
+from sumi.workflow.rules._control import WorkflowControl
+from sumi.workflow.rules._state import Instance
 
 log = logging.getLogger("sumi.workflow")
 LIMIT_STOPS = ("cpu_limit", "heap_limit", "wall_limit")

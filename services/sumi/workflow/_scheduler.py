@@ -20,11 +20,11 @@ from typing import Protocol
 from sumi.core.config import Settings
 from sumi.engines import fair
 from sumi.runtime.types import WorkflowOutcome
-from sumi.workflow import _decide as d
-from sumi.workflow._control import WorkflowControl
 from sumi.workflow._runs import LIMIT_STOPS, RUNTIME_FAILED, ContextRun, Live
-from sumi.workflow._state import Instance
-from sumi.workflow._table import InstanceTable
+from sumi.workflow.rules import _decide as d
+from sumi.workflow.rules._control import WorkflowControl
+from sumi.workflow.rules._state import Instance
+from sumi.workflow.rules._table import InstanceTable
 
 log = logging.getLogger("sumi.workflow")
 RETRY_FIRST_MS, RETRY_MAX_MS = 100, 30_000  # after the runtime failed an instance

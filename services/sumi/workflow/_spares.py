@@ -14,7 +14,7 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from sumi.control.state import VersionView
+from sumi.control.rules.state import VersionView
 from sumi.core.config import Settings
 from sumi.runtime import Limits, Module
 from sumi.runtime.types import Runtime

@@ -27,7 +27,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from sumi.control.state import VersionView
+from sumi.control.rules.state import VersionView
 from sumi.core import ids
 from sumi.core import records as r
 from sumi.core.clock import now_ms
@@ -40,8 +40,8 @@ from sumi.wire.keyreader import KeyReader
 from sumi.wire.topics import instance_key
 from sumi.workflow import commands as c
 from sumi.workflow._bindings import binding_target, create_command, event_command
-from sumi.workflow._decide import status_of
-from sumi.workflow._state import Instance, evolve
+from sumi.workflow.rules._decide import status_of
+from sumi.workflow.rules._state import Instance, evolve
 
 log = logging.getLogger("sumi.workflow")
 

@@ -68,12 +68,9 @@ from sumi.wire import kafka
 from sumi.wire.fencing import PartitionProducers
 from sumi.wire.outbox import Outbox
 from sumi.wire.topics import instance_key, partition_for
-from sumi.workflow import _decide as d
-from sumi.workflow import _keys
 from sumi.workflow import commands as c
 from sumi.workflow._bindings import Bindings
 from sumi.workflow._checkpoints import Checkpoints
-from sumi.workflow._control import WorkflowControl
 from sumi.workflow._deletes import Deletes
 from sumi.workflow._intake import Intake
 from sumi.workflow._metrics import WorkflowMetrics
@@ -83,9 +80,12 @@ from sumi.workflow._routes import elsewhere
 from sumi.workflow._runs import ContextRun
 from sumi.workflow._scheduler import Scheduler
 from sumi.workflow._spares import Spares
-from sumi.workflow._state import Instance
-from sumi.workflow._table import InstanceTable
 from sumi.workflow.replies import Replies
+from sumi.workflow.rules import _decide as d
+from sumi.workflow.rules import _keys
+from sumi.workflow.rules._control import WorkflowControl
+from sumi.workflow.rules._state import Instance
+from sumi.workflow.rules._table import InstanceTable
 
 log = logging.getLogger("sumi.workflow")
 OBSERVE_MS = 1000

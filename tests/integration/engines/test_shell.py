@@ -13,8 +13,8 @@ import pytest
 from aiokafka.errors import ProducerFenced
 
 from sumi.control._processor import ControlLogic, control_shell
-from sumi.control.forms.names import MODULE_WORKER, WORKER_VERSION
-from sumi.control.state import ControlState
+from sumi.control.rules.forms.names import MODULE_WORKER, WORKER_VERSION
+from sumi.control.rules.state import ControlState
 from sumi.core import records as r
 from sumi.core.commands import SpaceCreate, submitted
 from sumi.core.config import Settings

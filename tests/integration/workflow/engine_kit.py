@@ -19,16 +19,16 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, QUEUE, WORKER_DEPLOYMENT, WORKER_VERSION
+from sumi.control.rules.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, QUEUE, WORKER_DEPLOYMENT, WORKER_VERSION
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.infra.lifeline import ENV as LIFELINE
 from sumi.wire import codec
 from sumi.wire.keyreader import KeyReader
 from sumi.wire.topics import ensure_topics, partition_for
-from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow.engine import Engine
+from sumi.workflow.rules import _decide as d
 
 SPACE = "demo"
 TERMINAL = ("complete", "errored", "terminated")

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from sumi.core import records as r
-from sumi.workflow import _decide as d
+from sumi.workflow.rules import _decide as d
 from tests.hostkit import new_settings
 from tests.integration.workflow.engine_kit import Bench, engine_bench
 

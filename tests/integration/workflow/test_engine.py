@@ -9,8 +9,8 @@ import pytest
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.wire import codec
-from sumi.workflow import _decide as d
 from sumi.workflow.engine import Engine
+from sumi.workflow.rules import _decide as d
 from tests.hostkit import committed_messages, new_settings
 from tests.integration.workflow.engine_kit import Bench, engine_bench
 

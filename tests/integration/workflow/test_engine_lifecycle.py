@@ -182,7 +182,7 @@ export class Flow {
 
 async def test_a_queue_handler_starts_instances_through_its_binding(kafka_bootstrap: str, database_url: str) -> None:
     # WF-18, WF-23 from a queue handler: the queue engine submits commands, the workflow engine decides
-    from sumi.control.forms.names import QUEUE_CONSUMER
+    from sumi.control.rules.forms.names import QUEUE_CONSUMER
     from sumi.queue.engine import Engine as QueueEngine
     from sumi.workflow.client import WorkflowClient
 

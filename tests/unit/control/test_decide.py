@@ -3,7 +3,7 @@
 from typing import Any
 
 from sumi.control import ControlState, decide, evolve
-from sumi.control.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER
+from sumi.control.rules.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER
 from sumi.core import records as r
 from tests.decisions_kit import NOW, command, problem, reply, run
 
@@ -196,7 +196,7 @@ def test_grant_to_missing_space_rejected() -> None:
 
 def test_awaited_operation_ends_by_report() -> None:
     # QC-47, QC-48: an Operation with an outside effect stays running until its owner reports.
-    from sumi.control.forms import FORMS
+    from sumi.control.rules.forms import FORMS
 
     s = with_space()
     form = FORMS[QUEUE]

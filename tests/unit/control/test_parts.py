@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from sumi.control import ControlState, evolve
-from sumi.control.forms.durable_workflow import STATUSES
-from sumi.control.forms.names import DURABLE_WORKFLOW
+from sumi.control.rules.forms.durable_workflow import STATUSES
+from sumi.control.rules.forms.names import DURABLE_WORKFLOW
 from sumi.core import commands as c
 from sumi.core import records as r
 from sumi.core.problems import Problem

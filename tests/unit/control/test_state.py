@@ -1,9 +1,9 @@
-"""The public fold of the control log (sumi.control.state), as every service reads it."""
+"""The public fold of the control log (sumi.control.rules.state), as every service reads it."""
 
 from typing import Any
 
-from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, QUEUE, WORKER_DEPLOYMENT, WORKER_VERSION
-from sumi.control.state import ControlState, evolve, serving_allocation, version, workflows
+from sumi.control.rules.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, QUEUE, WORKER_DEPLOYMENT, WORKER_VERSION
+from sumi.control.rules.state import ControlState, evolve, serving_allocation, version, workflows
 from sumi.core import records as r
 from tests.decisions_kit import command, run
 

@@ -7,15 +7,15 @@ from typing import Any
 import pytest
 
 from sumi.control import ControlState, decide, evolve
-from sumi.control.forms import FORMS
-from sumi.control.forms.names import (
+from sumi.control.rules.forms import FORMS
+from sumi.control.rules.forms.names import (
     DURABLE_WORKFLOW,
     MODULE_WORKER,
     QUEUE,
     WORKER_DEPLOYMENT,
     WORKER_VERSION,
 )
-from sumi.control.forms.worker_deployment import active_allocation, allocations_to_check
+from sumi.control.rules.forms.worker_deployment import active_allocation, allocations_to_check
 from sumi.core import records as r
 from tests.decisions_kit import (
     GOOD_JS,

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sumi.control import ControlState, decide, evolve
-from sumi.control.forms import FORMS
-from sumi.control.forms.names import QUEUE
+from sumi.control.rules.forms import FORMS
+from sumi.control.rules.forms.names import QUEUE
 from sumi.core import commands as c
 from sumi.core import records as r
 from sumi.core.canonical import canonical

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from sumi.core import records as r
-from sumi.queue import _decide as d
-from sumi.queue._batching import pick_version, plan
-from sumi.queue._control import Consumer
-from sumi.queue._state import ENGINE_RECORDS, EngineState, evolve
+from sumi.queue.rules import _decide as d
+from sumi.queue.rules._batching import pick_version, plan
+from sumi.queue.rules._control import Consumer
+from sumi.queue.rules._state import ENGINE_RECORDS, EngineState, evolve
 
 T0 = 1_700_000_000_000
 _ids = itertools.count(1)
@@ -283,9 +283,9 @@ def test_an_unfinished_deployment_update_keeps_the_previous_allocation() -> None
     # when it succeeds; a failed one leaves the previous allocation active.
     import json as _json
 
-    from sumi.control.forms.names import MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
+    from sumi.control.rules.forms.names import MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
     from sumi.core import records as rr
-    from sumi.queue._control import ControlTable
+    from sumi.queue.rules._control import ControlTable
 
     t = ControlTable()
 

@@ -4,9 +4,9 @@ past (the clock would step again at once, for ever), only the next due time or n
 from sumi.core import records as r
 from sumi.core.clock import idle_timeout, now_ms
 from sumi.core.config import Settings
-from sumi.queue import _decide as d
-from sumi.queue._state import EngineState, evolve
 from sumi.queue.engine import Engine
+from sumi.queue.rules import _decide as d
+from sumi.queue.rules._state import EngineState, evolve
 
 T0 = 1_700_000_000_000
 

@@ -10,10 +10,10 @@ import fastavro
 import pytest
 
 from sumi.core import records as r
-from sumi.queue import _decide as d
-from sumi.queue._memory import BodyBudget
-from sumi.queue._snapshot import capture, restore
-from sumi.queue._state import EngineState, evolve
+from sumi.queue.rules import _decide as d
+from sumi.queue.rules._memory import BodyBudget
+from sumi.queue.rules._snapshot import capture, restore
+from sumi.queue.rules._state import EngineState, evolve
 from sumi.wire import codec
 from sumi.wire.topics import Location
 from tests.unit.queue.test_engine_core import T0, consumer, new_id

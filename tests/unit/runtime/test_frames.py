@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from sumi.runtime._frames import read_frame
-from sumi.runtime._protocol import ProtocolError
+from sumi.runtime.rules._protocol import ProtocolError
 
 
 def _reader(*bodies: bytes) -> asyncio.StreamReader:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from sumi.runtime import JsRuntime, Limits, PyRuntime
-from sumi.runtime._protocol import Invocation, ProtocolError, Refused, check_host_call, check_log, check_reply
+from sumi.runtime.rules._protocol import Invocation, ProtocolError, Refused, check_host_call, check_log, check_reply
 from tests.unit.runtime.runtime_testkit import ENV, Host, batch, js, js_queue, js_runtime, py, py_queue
 
 INV = {1: Invocation("batch-1", frozenset({"OUT"}))}

@@ -1,4 +1,4 @@
-"""The trust boundary for workflow frames (sumi.runtime._protocol): what a runtime child may send."""
+"""The trust boundary for workflow frames (sumi.runtime.rules._protocol): what a runtime child may send."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sumi.runtime._protocol import Invocation, ProtocolError, Refused, check_host_call, check_reply
+from sumi.runtime.rules._protocol import Invocation, ProtocolError, Refused, check_host_call, check_reply
 
 RUN = Invocation.of({"op": "invoke_workflow", "env": {"queueBindings": ["OUT"], "workflowBindings": ["WF"]}})
 QUEUE = Invocation.of({"op": "invoke_queue", "batch": {"id": "b1"}, "env": {"workflowBindings": ["WF"]}})

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from sumi.control import ControlState
-from sumi.control.forms.names import DURABLE_WORKFLOW
+from sumi.control.rules.forms.names import DURABLE_WORKFLOW
 from sumi.core import records as r
 from sumi.core.commands import Command, submitted
 from sumi.wire.topics import instance_key, partition_for
-from sumi.workflow import _decide as d
-from sumi.workflow._control import WorkflowControl
-from sumi.workflow._table import InstanceTable
+from sumi.workflow.rules import _decide as d
+from sumi.workflow.rules._control import WorkflowControl
+from sumi.workflow.rules._table import InstanceTable
 from tests.decisions_kit import NOW, cmd, deploy, new_state, res, run, verified, worker
 
 PARTITIONS = 4

@@ -3,10 +3,10 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sumi.control.forms.durable_workflow import STATUSES, summed
+from sumi.control.rules.forms.durable_workflow import STATUSES, summed
 from sumi.core import records as r
 from sumi.wire.topics import instance_key, partition_for
-from sumi.workflow._state import Counts, Instance, LogRecord
+from sumi.workflow.rules._state import Counts, Instance, LogRecord
 
 WORKFLOWS = ("wf_a", "wf_b")
 IDS = ("i1", "i2", "i3")

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sumi.core import records as r
-from sumi.workflow import _decide as d
+from sumi.workflow.rules import _decide as d
 from tests.unit.workflow.wf_kit import T0, Sim
 
 DO1 = {"maxAttempts": 1}

@@ -4,8 +4,8 @@ import itertools
 
 from sumi.core import records as r
 from sumi.core import sealing
-from sumi.workflow import _keys
-from sumi.workflow._state import Event, Instance
+from sumi.workflow.rules import _keys
+from sumi.workflow.rules._state import Event, Instance
 
 _ids = itertools.count()
 

@@ -4,7 +4,7 @@ observed is the exact sum (WF-9). Through fake replicas over one control state (
 
 from typing import Any
 
-from sumi.control.forms.durable_workflow import STATUSES
+from sumi.control.rules.forms.durable_workflow import STATUSES
 from sumi.core import records as r
 from sumi.core.commands import ResourceObserve
 from sumi.workflow._observe import RESEND_MS, CountReports

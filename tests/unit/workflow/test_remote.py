@@ -14,11 +14,11 @@ from sumi.core import sealing
 from sumi.core.config import Settings, SettingsError
 from sumi.core.problems import Problem
 from sumi.wire import codec
-from sumi.workflow import _decide as d
 from sumi.workflow import commands as c
 from sumi.workflow._remote import Remote
 from sumi.workflow._routes import elsewhere
 from sumi.workflow.replies import Replies
+from sumi.workflow.rules import _decide as d
 from tests.unit.workflow.test_replies import TOPIC, FakeReader
 from tests.unit.workflow.wf_kit import T0, Sim, caller
 

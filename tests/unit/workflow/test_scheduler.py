@@ -5,14 +5,14 @@ table and a clock the test sets. No broker, no runtime."""
 from dataclasses import dataclass, field
 from typing import Any
 
-from sumi.control.state import WorkflowView
+from sumi.control.rules.state import WorkflowView
 from sumi.core import records as r
 from sumi.core.config import Settings
 from sumi.runtime.types import WorkflowOutcome
-from sumi.workflow import _decide as d
 from sumi.workflow._runs import RUNTIME_FAILED
 from sumi.workflow._scheduler import DEATHS_TO_END, RETRY_FIRST_MS, Scheduler
-from sumi.workflow._table import InstanceTable
+from sumi.workflow.rules import _decide as d
+from sumi.workflow.rules._table import InstanceTable
 from tests.unit.workflow.wf_kit import T0
 
 LIMITS = d.Limits(retention_ms=3_600_000)

@@ -9,8 +9,8 @@ import pytest
 from sumi.core import records as r
 from sumi.core import sealing
 from sumi.wire import codec
-from sumi.workflow._snapshot import capture, restore
-from sumi.workflow._state import Counts, Instance, evolve
+from sumi.workflow.rules._snapshot import capture, restore
+from sumi.workflow.rules._state import Counts, Instance, evolve
 
 T0 = 1_700_000_000_000
 

@@ -10,9 +10,9 @@ import pytest
 from sumi.core import records as r
 from sumi.core import sealing
 from sumi.core.config import Settings
-from sumi.workflow import _decide as d
-from sumi.workflow._state import Instance, evolve
 from sumi.workflow.client import WorkflowClient
+from sumi.workflow.rules import _decide as d
+from sumi.workflow.rules._state import Instance, evolve
 
 KEY = sealing.new_key("dk_1", "wf", "i", 1)
 

@@ -1,11 +1,11 @@
-"""The workflow engine's instance table (`sumi.workflow._table`): the fold, the keys of each
+"""The workflow engine's instance table (`sumi.workflow.rules._table`): the fold, the keys of each
 Workflow, the counts and the durable due times, derived from the records alone. Pure."""
 
 import pytest
 
 from sumi.core import records as r
-from sumi.workflow import _decide as d
-from sumi.workflow._table import InstanceTable
+from sumi.workflow.rules import _decide as d
+from sumi.workflow.rules._table import InstanceTable
 from tests.unit.workflow.test_snapshot import T0, random_log
 
 LIMITS = d.Limits(retention_ms=3_600_000)

@@ -9,12 +9,12 @@ import pytest
 
 from sumi.core import records as r
 from sumi.wire import codec
-from sumi.workflow import _decide as d
-from sumi.workflow import _state
-from sumi.workflow._decide import status_of
-from sumi.workflow._snapshot import capture, fold_of, instance_of, restore
-from sumi.workflow._state import Counts, Instance, evolve
 from sumi.workflow.commands import CreateInstance, SendEvent, TerminateInstance
+from sumi.workflow.rules import _decide as d
+from sumi.workflow.rules import _state
+from sumi.workflow.rules._decide import status_of
+from sumi.workflow.rules._snapshot import capture, fold_of, instance_of, restore
+from sumi.workflow.rules._state import Counts, Instance, evolve
 from tests.unit.workflow.test_snapshot import T0, fold, random_log, ring_for
 from tests.unit.workflow.wf_kit import WF, Sim
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sumi.core import records as r
-from sumi.workflow import _decide as d
-from sumi.workflow._state import Instance, LogRecord, evolve
 from sumi.workflow.commands import UNSET, CreateInstance, SendEvent, TerminateInstance
+from sumi.workflow.rules import _decide as d
+from sumi.workflow.rules._state import Instance, LogRecord, evolve
 
 T0 = 1_700_000_000_000
 WF = d.WorkflowView(exists=True, space="demo", ready=True)

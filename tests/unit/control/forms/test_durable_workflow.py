@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sumi.control import ControlState
-from sumi.control.forms import FORMS
-from sumi.control.forms.durable_workflow import STATUSES
-from sumi.control.forms.names import DURABLE_WORKFLOW, QUEUE, WORKER_VERSION
+from sumi.control.rules.forms import FORMS
+from sumi.control.rules.forms.durable_workflow import STATUSES
+from sumi.control.rules.forms.names import DURABLE_WORKFLOW, QUEUE, WORKER_VERSION
 from sumi.core import records as r
 from sumi.gateway.openapi import document
 from tests.decisions_kit import (

@@ -1,11 +1,12 @@
-"""QueueConsumer 0.3.0 Form rules (sumi.control.forms.queue_consumer), through the control decisions; no broker."""
+"""QueueConsumer 0.3.0 Form rules (sumi.control.rules.forms.queue_consumer), through the control decisions;
+no broker."""
 
 from typing import Any
 
 import pytest
 
 from sumi.control import ControlState
-from sumi.control.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER
+from sumi.control.rules.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER
 from sumi.core import records as r
 from tests.decisions_kit import command, problem, reply, run
 from tests.spec_ranges import CONSUMER_RANGES

@@ -1,4 +1,4 @@
-"""Properties of every Form's spec validator (services/sumi/control/forms/).
+"""Properties of every Form's spec validator (services/sumi/control/rules/forms/).
 
 For each Form: any JSON value as a spec is answered, never raised on; through the
 control decisions it becomes an accepted create or a rejected one with a Problem
@@ -15,8 +15,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sumi.control import ControlState
-from sumi.control.forms import FORMS
-from sumi.control.forms.names import (
+from sumi.control.rules.forms import FORMS
+from sumi.control.rules.forms.names import (
     DURABLE_WORKFLOW,
     MODULE_WORKER,
     QUEUE,
@@ -24,9 +24,9 @@ from sumi.control.forms.names import (
     WORKER_DEPLOYMENT,
     WORKER_VERSION,
 )
-from sumi.control.forms.queue_consumer import RANGES
-from sumi.control.forms.worker_deployment import MAX_ENTRIES
-from sumi.control.forms.worker_version import MAX_MODULE_NAME, MAX_MODULES_BYTES
+from sumi.control.rules.forms.queue_consumer import RANGES
+from sumi.control.rules.forms.worker_deployment import MAX_ENTRIES
+from sumi.control.rules.forms.worker_version import MAX_MODULE_NAME, MAX_MODULES_BYTES
 from sumi.core.problems import STATUS, FieldError
 from tests.decisions_kit import command, problem, reply, run
 

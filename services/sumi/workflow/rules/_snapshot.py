@@ -18,7 +18,7 @@ from typing import Any
 
 from sumi.core import sealing
 from sumi.core.records import DataKey, WorkflowSnapshotChunk
-from sumi.workflow._state import Event, Instance, Step, Timer, settled
+from sumi.workflow.rules._state import Event, Instance, Step, Timer, settled
 
 CHUNK_BYTES = 512 << 10
 _PER_INSTANCE = 160  # the fields beside the documents, about

@@ -3,8 +3,8 @@
 from collections.abc import Mapping
 from typing import Any
 
-from sumi.control.forms._base import BaseForm, Registry, ResourceView, closed_object, referencing
-from sumi.control.forms.names import (
+from sumi.control.rules.forms._base import BaseForm, Registry, ResourceView, closed_object, referencing
+from sumi.control.rules.forms.names import (
     DURABLE_WORKFLOW,
     MODULE_WORKER,
     QUEUE_CONSUMER,

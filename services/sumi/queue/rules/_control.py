@@ -1,15 +1,15 @@
 """The control log as the queue engine sees it: the engine's questions over the public fold.
 
 Pure: the engine folds every partition of the control log (every Space) into one
-`sumi.control.state.ControlState` and asks it, through this table, for its
+`sumi.control.rules.state.ControlState` and asks it, through this table, for its
 Consumers, their queues, workers, Deployments and Versions.
 """
 
 from dataclasses import dataclass, field
 
-from sumi.control.forms import ResourceView
-from sumi.control.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER
-from sumi.control.state import LIVE, ControlState, OperationView, VersionView, evolve, serving_allocation, version
+from sumi.control.rules.forms import ResourceView
+from sumi.control.rules.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER
+from sumi.control.rules.state import LIVE, ControlState, OperationView, VersionView, evolve, serving_allocation, version
 from sumi.core import records as r
 
 __all__ = ["LIVE", "Code", "Consumer", "ControlTable"]

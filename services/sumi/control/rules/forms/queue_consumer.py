@@ -10,7 +10,7 @@ boundary and reports it (QC-42).
 from collections.abc import Mapping
 from typing import Any
 
-from sumi.control.forms._base import (
+from sumi.control.rules.forms._base import (
     BaseForm,
     Registry,
     ResourceView,
@@ -19,7 +19,7 @@ from sumi.control.forms._base import (
     reference_shape,
     resolve,
 )
-from sumi.control.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER
+from sumi.control.rules.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER
 from sumi.core.problems import FieldError, Problem
 
 REFS = ("queue", "worker")

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from sumi.core import records as r
 from sumi.core import sealing
-from sumi.workflow._state import TERMINAL, Instance
+from sumi.workflow.rules._state import TERMINAL, Instance
 
 
 @dataclasses.dataclass(frozen=True)

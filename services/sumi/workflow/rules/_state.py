@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar, assert_never
 
-from sumi.control.forms.durable_workflow import STATUSES
+from sumi.control.rules.forms.durable_workflow import STATUSES
 from sumi.core import records as r
 
 TERMINAL = frozenset({"complete", "errored", "terminated"})

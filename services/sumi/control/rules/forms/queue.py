@@ -1,6 +1,14 @@
 """AtLeastOnceQueue 0.2.0 (forms.md): a queue whose messages are its data."""
 
-from sumi.control.forms._base import BaseForm, Registry, ResourceView, closed_object, form_url, integer_in, referencing
+from sumi.control.rules.forms._base import (
+    BaseForm,
+    Registry,
+    ResourceView,
+    closed_object,
+    form_url,
+    integer_in,
+    referencing,
+)
 from sumi.core.problems import FieldError, Problem
 
 URL = form_url("AtLeastOnceQueue", "0.2.0")
@@ -17,7 +25,7 @@ class AtLeastOnceQueue(BaseForm):
 
     def check_delete(self, registry: Registry, resource: ResourceView) -> Problem | None:
         # QC-51: refused while any QueueConsumer references it as queue or deadLetterQueue.
-        from sumi.control.forms.names import QUEUE_CONSUMER
+        from sumi.control.rules.forms.names import QUEUE_CONSUMER
 
         users = referencing(registry, resource.uid, [QUEUE_CONSUMER])
         if users:

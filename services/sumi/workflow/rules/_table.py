@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 from sumi.core import records as r
 from sumi.wire.topics import partition_for
-from sumi.workflow import _decide as d
-from sumi.workflow._state import Counts, Instance
+from sumi.workflow.rules import _decide as d
+from sumi.workflow.rules._state import Counts, Instance
 
 
 class InstanceTable:

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sumi.core.canonical import DocumentError, parsed_document
-
-from .types import STOP_REASONS
+from sumi.runtime.types import STOP_REASONS
 
 MAX_TEXT = 16 * 1024  # one log line, in characters; the sandbox truncates before this
 MAX_ERROR_TEXT = 4 * 1024  # an error's name or message; likewise

@@ -16,10 +16,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sumi.control.forms import ResourceView
-from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, WORKER_VERSION
-from sumi.control.forms.worker_deployment import active_allocation
-from sumi.control.forms.worker_version import worker_of
+from sumi.control.rules.forms import ResourceView
+from sumi.control.rules.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, WORKER_VERSION
+from sumi.control.rules.forms.worker_deployment import active_allocation
+from sumi.control.rules.forms.worker_version import worker_of
 from sumi.core import records as r
 
 TERMINAL = ("succeeded", "failed")

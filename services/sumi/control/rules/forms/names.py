@@ -1,6 +1,6 @@
 """The Form URLs this Host supports (host-api.md section 2)."""
 
-from sumi.control.forms._base import form_url
+from sumi.control.rules.forms._base import form_url
 
 QUEUE = form_url("AtLeastOnceQueue", "0.2.0")
 MODULE_WORKER = form_url("ModuleWorker", "0.3.0")

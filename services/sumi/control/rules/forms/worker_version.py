@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
-from sumi.control.forms._base import (
+from sumi.control.rules.forms._base import (
     BaseForm,
     Registry,
     ResourceView,
@@ -20,7 +20,7 @@ from sumi.control.forms._base import (
     referencing,
     resolve,
 )
-from sumi.control.forms.names import (
+from sumi.control.rules.forms.names import (
     DURABLE_WORKFLOW,
     MODULE_WORKER,
     QUEUE,

@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sumi.control.forms._base import (
+from sumi.control.rules.forms._base import (
     BaseForm,
     Registry,
     ResourceView,
@@ -38,9 +38,9 @@ from sumi.control.forms._base import (
     reference_shape,
     resolve,
 )
-from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, WORKER_VERSION
-from sumi.control.forms.worker_deployment import active_allocation, allocations_to_check
-from sumi.control.forms.worker_version import class_fitness, worker_of
+from sumi.control.rules.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, WORKER_VERSION
+from sumi.control.rules.forms.worker_deployment import active_allocation, allocations_to_check
+from sumi.control.rules.forms.worker_version import class_fitness, worker_of
 from sumi.core.problems import FieldError, Problem
 from sumi.core.times import rfc3339
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sumi.core import records as r
-from sumi.queue._control import Consumer
-from sumi.queue._state import Batch, EngineState, Message, QueueState
+from sumi.queue.rules._control import Consumer
+from sumi.queue.rules._state import Batch, EngineState, Message, QueueState
 
 NewId = Callable[[str], str]  # prefix -> fresh unique id ("bat", "msg")
 Records = list[r.QueueRecord]

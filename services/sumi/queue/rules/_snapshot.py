@@ -21,7 +21,7 @@ from typing import Any
 
 from sumi.core.records import QueueSnapshotChunk
 from sumi.queue._cold import Frozen
-from sumi.queue._state import Batch, EngineState
+from sumi.queue.rules._state import Batch, EngineState
 
 # A chunk is one Kafka record: well under the broker's default 1 MiB, whatever the IDs' lengths.
 CHUNK_BYTES = 512 << 10

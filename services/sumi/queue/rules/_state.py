@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from sumi.core import records as r
 from sumi.queue._cold import ColdTail
-from sumi.queue._memory import BodyBudget, SettledWindow
+from sumi.queue.rules._memory import BodyBudget, SettledWindow
 from sumi.wire.topics import Location
 
 DEFAULT_SETTLED_WINDOW = 100_000  # sumi.core.config.Settings.queue_settled_window
@@ -219,7 +219,7 @@ class QueueState:
         batch: str | None,
         body: bytes | None,
     ) -> None:
-        """A message as a snapshot left it (sumi.queue._snapshot): indexed unless in flight."""
+        """A message as a snapshot left it (sumi.queue.rules._snapshot): indexed unless in flight."""
         if batch is None and not deliveries and body is None and self._goes_cold(seq, accepted_at, visible_at, at):
             assert at is not None
             self.cold.append(mid, seq, accepted_at, at)

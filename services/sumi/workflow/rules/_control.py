@@ -1,13 +1,13 @@
 """What the workflow engine asks the control log: its Workflows, their worker's allocation, the code.
 
-Questions only, over the one public fold of the control log (`sumi.control.state`),
+Questions only, over the one public fold of the control log (`sumi.control.rules.state`),
 which the engine folds from every partition (every Space). Pure.
 """
 
-from sumi.control.forms import ResourceView
-from sumi.control.forms.durable_workflow import counts_of
-from sumi.control.forms.names import QUEUE
-from sumi.control.state import (
+from sumi.control.rules.forms import ResourceView
+from sumi.control.rules.forms.durable_workflow import counts_of
+from sumi.control.rules.forms.names import QUEUE
+from sumi.control.rules.state import (
     LIVE,
     ControlState,
     VersionView,
@@ -18,7 +18,7 @@ from sumi.control.state import (
     workflows,
 )
 from sumi.core import records as r
-from sumi.workflow import _decide as d
+from sumi.workflow.rules import _decide as d
 
 Workflow = WorkflowView
 

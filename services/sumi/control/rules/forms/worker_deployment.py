@@ -11,7 +11,7 @@ previous spec back).
 from collections.abc import Mapping
 from typing import Any
 
-from sumi.control.forms._base import (
+from sumi.control.rules.forms._base import (
     BaseForm,
     Registry,
     ResourceView,
@@ -20,13 +20,13 @@ from sumi.control.forms._base import (
     reference_shape,
     resolve,
 )
-from sumi.control.forms.names import (
+from sumi.control.rules.forms.names import (
     DURABLE_WORKFLOW,
     MODULE_WORKER,
     WORKER_DEPLOYMENT,
     WORKER_VERSION,
 )
-from sumi.control.forms.worker_version import class_fitness, load_fitness, worker_of
+from sumi.control.rules.forms.worker_version import class_fitness, load_fitness, worker_of
 from sumi.core.problems import FieldError, Problem
 
 MAX_ENTRIES = 10

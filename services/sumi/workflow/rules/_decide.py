@@ -21,8 +21,8 @@ from sumi.core import records as r
 from sumi.core import sealing
 from sumi.core.canonical import canonical, parsed_canonical
 from sumi.core.problems import Problem
-from sumi.workflow._state import TERMINAL, Instance, LogRecord, Step, Timer
 from sumi.workflow.commands import UNSET, CreateInstance, QueryInstance, SendEvent, TerminateInstance
+from sumi.workflow.rules._state import TERMINAL, Instance, LogRecord, Step, Timer
 
 DAY_MS = 86_400_000
 

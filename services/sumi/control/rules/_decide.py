@@ -15,14 +15,14 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from sumi.control.forms import FORMS
-from sumi.control.forms._base import NAME_RE, ResourceView
-from sumi.control.forms.durable_workflow import counts_of, summed
-from sumi.control.forms.durable_workflow import observations as workflow_observations
-from sumi.control.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
-from sumi.control.forms.worker_deployment import active_deployment
-from sumi.control.forms.worker_version import worker_of
-from sumi.control.state import ControlState, OperationView, SpaceState, evolve
+from sumi.control.rules.forms import FORMS
+from sumi.control.rules.forms._base import NAME_RE, ResourceView
+from sumi.control.rules.forms.durable_workflow import counts_of, summed
+from sumi.control.rules.forms.durable_workflow import observations as workflow_observations
+from sumi.control.rules.forms.names import DURABLE_WORKFLOW, MODULE_WORKER, WORKER_DEPLOYMENT, WORKER_VERSION
+from sumi.control.rules.forms.worker_deployment import active_deployment
+from sumi.control.rules.forms.worker_version import worker_of
+from sumi.control.rules.state import ControlState, OperationView, SpaceState, evolve
 from sumi.core import commands as c
 from sumi.core import ids
 from sumi.core import records as r
