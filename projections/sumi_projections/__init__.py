@@ -1,11 +1,9 @@
-"""Projections: stream processors that fold topics into Postgres read models."""
-
-import asyncio
+"""Projections: stream processors that fold topics into Postgres read models (`service.serve` runs them all)."""
 
 from sumi.core.config import Settings
 from sumi.wire.keyreader import KeyReader
-from sumi_projections import _prune, control, quarantine, queue, workflow
 from sumi_projections import _prune as prune
+from sumi_projections import control, quarantine, queue, workflow
 from sumi_projections._migrate import drop, migrate
 from sumi_projections._runner import Collected, ProjectionRunner, run_all
 
@@ -18,10 +16,6 @@ def runners(settings: Settings) -> list[ProjectionRunner]:
         # Sealed documents are opened with the keys alive (a purged one's read as absent).
         ProjectionRunner(settings, "workflow", settings.topic("workflow"), workflow.apply, KeyReader(settings)),
     ]
-
-
-async def serve(settings: Settings) -> None:
-    await asyncio.gather(run_all(runners(settings)), _prune.every(settings))
 
 
 __all__ = ["Collected", "ProjectionRunner", "drop", "migrate", "prune", "run_all", "runners"]

@@ -76,16 +76,12 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
     hold_if_asked(os.environ.pop(LIFELINE_ENV, None))
     cap_arenas()
     if service == "gateway":
-        import uvicorn
-
-        from sumi.gateway import create_app
-
         # While it serves, uvicorn stops gracefully on SIGINT and SIGTERM, then raises the signal again
         # with the handler it found: exit_quietly_on_stop's, so a stop exits 0 (before it serves, at
         # once). A closed terminal (SIGHUP) means the same as SIGTERM.
         exit_quietly_on_stop()
         signal.signal(signal.SIGHUP, lambda s, f: signal.raise_signal(signal.SIGTERM))
-        uvicorn.run(create_app(config), host=config.http_host, port=config.http_port, log_level="warning")
+        asyncio.run(importlib.import_module(SERVICE_ENTRIES[service]).serve(config))
         return 0
     from sumi.host.bootstrap import prepare
     from sumi.host.replica import Clash, named

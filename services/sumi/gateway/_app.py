@@ -15,7 +15,7 @@ from starlette.staticfiles import StaticFiles
 
 from sumi.core.config import Settings
 from sumi.core.problems import Problem
-from sumi.gateway import _logs, _operations, _queues, _resources, _service, _spaces, _tokens, _workflows
+from sumi.gateway import _health, _logs, _operations, _queues, _resources, _spaces, _tokens, _workflows
 from sumi.gateway._admission import ANSWER_MARGIN_S, Admission
 from sumi.gateway._backend import Backend
 from sumi.gateway._metrics import Metrics, MetricsMiddleware
@@ -32,7 +32,7 @@ async def openapi_json(request: Request) -> Response:
 
 def routes() -> list[BaseRoute]:
     return [
-        *_service.routes,
+        *_health.routes,
         route("/openapi.json", GET=openapi_json),
         *_spaces.routes,
         *_tokens.routes,

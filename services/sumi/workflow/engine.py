@@ -482,9 +482,4 @@ def _settle(answer: Answer, committed: "asyncio.Future[None]", record: r.Command
         answer.set_result(record)
 
 
-async def serve(settings: Settings) -> None:
-    warn_if_nonconformant(settings)
-    await Engine(settings).run()
-
-
-__all__ = ["Engine", "serve"]
+__all__ = ["Engine"]

@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 from aiokafka.errors import ProducerFenced
 
-from sumi.control._processor import ControlLogic, control_shell
 from sumi.control.rules.forms.names import MODULE_WORKER, WORKER_VERSION
 from sumi.control.rules.state import ControlState
+from sumi.control.service import ControlLogic, control_shell
 from sumi.core import records as r
 from sumi.core.commands import SpaceCreate, submitted
 from sumi.core.config import Settings
 from sumi.engines.shell import Shell
 from sumi.testing import new_settings
 from sumi.verifier import Verifier
-from sumi.verifier._service import verifier_shell
+from sumi.verifier.service import verifier_shell
 from sumi.wire import codec, kafka
 from sumi.wire.topics import ensure_topics, partition_for
 from tests.hostkit import committed_messages
