@@ -96,15 +96,10 @@ def login(
 @context.command("list", help="The profile's contexts (the current one marked).")
 def context_list(ctx: typer.Context) -> None:
     g = globals_of(ctx)
-    data = _profile.load()
+    known = _profile.profile()
     rows = [
-        {
-            "current": "*" if n == data.get("current-context") else "",
-            "name": n,
-            "url": c.get("url"),
-            "space": c.get("space"),
-        }
-        for n, c in (data.get("contexts") or {}).items()
+        {"current": "*" if n == known.current else "", "name": n, "url": c.url, "space": c.space}
+        for n, c in known.contexts.items()
     ]
     show(rows, g.output, ("current", "name", "url", "space"))
 

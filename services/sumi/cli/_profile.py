@@ -14,7 +14,8 @@ already keeps (mode 0600), and the profile never holds a copy that could go stal
 
 import os
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,58 @@ def load() -> dict[str, Any]:
         return tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise CliError(f"{p}: not TOML: {e}", USAGE) from e
+
+
+@dataclass(frozen=True)
+class Context:
+    """One named context: where commands go, as whom, and in which Space."""
+
+    url: str | None = None
+    token: str | None = None
+    token_file: str | None = None
+    space: str | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    current: str | None = None
+    contexts: Mapping[str, Context] = field(default_factory=dict)
+
+
+_KEYS = {"url": "url", "token": "token", "token-file": "token_file", "space": "space"}
+
+
+def parse(data: Mapping[str, Any], where: Path | str) -> Profile:
+    """The profile a file's TOML holds; a value of the wrong kind or a key we do not know is
+    refused by its name, so a typo never quietly sends a command elsewhere."""
+
+    def refuse(what: str) -> CliError:
+        return CliError(f"{where}: {what}", USAGE)
+
+    unknown = sorted(set(data) - {"current-context", "contexts"})
+    if unknown:
+        raise refuse(f"unknown key {unknown[0]!r}")
+    current = data.get("current-context")
+    if current is not None and not isinstance(current, str):
+        raise refuse(f"current-context must be a string, not {current!r}")
+    tables = data.get("contexts", {})
+    if not isinstance(tables, dict):
+        raise refuse(f"contexts must be a table, not {tables!r}")
+    contexts: dict[str, Context] = {}
+    for name, table in tables.items():
+        if not isinstance(table, dict):
+            raise refuse(f"contexts.{name} must be a table, not {table!r}")
+        for key, value in table.items():
+            if key not in _KEYS:
+                raise refuse(f"contexts.{name}: unknown key {key!r}")
+            if not isinstance(value, str):
+                raise refuse(f"contexts.{name}.{key} must be a string, not {value!r}")
+        contexts[name] = Context(**{_KEYS[k]: v for k, v in table.items()})
+    return Profile(current, contexts)
+
+
+def profile() -> Profile:
+    return parse(load(), path())
 
 
 def save(data: dict[str, Any]) -> Path:
@@ -79,16 +132,16 @@ class Target:
 
 
 def resolve(url: str | None, token: str | None, space: str | None, context: str | None) -> Target:
-    data = load()
-    name = context or os.environ.get("SUMI_CONTEXT") or data.get("current-context")
-    ctx: dict[str, Any] = (data.get("contexts") or {}).get(name, {}) if name else {}
-    if context and not ctx:
+    known = profile()
+    name = context or os.environ.get("SUMI_CONTEXT") or known.current
+    ctx = known.contexts.get(name, Context()) if name else Context()
+    if context and context not in known.contexts:
         raise CliError(f"no context {context!r} in {path()}", USAGE)
-    token = token or os.environ.get("SUMI_TOKEN") or ctx.get("token") or _read(ctx.get("token-file"))
+    token = token or os.environ.get("SUMI_TOKEN") or ctx.token or _read(ctx.token_file)
     return Target(
-        url=url or os.environ.get("SUMI_URL") or ctx.get("url") or "http://127.0.0.1:8080",
+        url=url or os.environ.get("SUMI_URL") or ctx.url or "http://127.0.0.1:8080",
         token=token,
-        space=space or os.environ.get("SUMI_SPACE") or ctx.get("space"),
+        space=space or os.environ.get("SUMI_SPACE") or ctx.space,
         context=name,
     )
 
