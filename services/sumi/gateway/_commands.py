@@ -14,6 +14,7 @@ gets the same decision.
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,9 @@ from sumi.gateway._problems import stored_problem_response
 from sumi.gateway._views import operation_json, with_rfc3339
 from sumi.wire.codec import encode
 from sumi.wire.topics import Location
+
+# The decision of an earlier try of the same command, if any (read after listening).
+Earlier = Callable[[], Awaitable[Row | None]]
 
 
 @dataclass(frozen=True)
@@ -75,19 +79,20 @@ async def decide(request: Request, caller: Caller, command: Submission) -> Decis
 
 
 async def request_reply(
-    db: Backend, topic: str, key: str, record: CommandSubmitted, may_be_decided: bool = False
+    db: Backend, topic: str, key: str, record: CommandSubmitted, earlier: Earlier | None = None
 ) -> Decision:
     """Append a command to `topic` under `key` and wait for its decision: the `decisions` row
     its processor's projection writes, or, for the workflow engine, its record on the instance
     log, whichever comes first.
 
-    `may_be_decided`: the command ID is derived (an Idempotency-Key), so an earlier try may
-    have been decided already, its notification gone before this request listened; the row
-    is read once after listening, before the append (a fresh ID needs no such read)."""
+    `earlier`: the command ID is derived (an Idempotency-Key), so an earlier try may have been
+    decided already, its notification gone before this request listened; `earlier` reads its
+    decision once after listening, before the append (a fresh ID needs no such read). One read
+    per write: past capacity each round trip to Postgres is a wait for a core (issue 41)."""
     started, timeout = time.monotonic(), db.settings.decision_timeout
     answer = db.decisions.expect(record.commandId)
     try:
-        if may_be_decided and (row := await reads.decision(db, record.commandId)) is not None:
+        if earlier is not None and (row := await earlier()) is not None:
             return as_decision(row)
         # One budget for append and decision: a broker that cannot take the command in time
         # is answered like a processor that cannot decide it in time.

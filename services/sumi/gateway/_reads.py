@@ -75,13 +75,6 @@ async def spaces(db: Backend, principal: str | None) -> list[Row]:
 # ---- decisions, Operations, Resources ------------------------------------------------------
 
 
-async def decision(db: Backend, command_id: str) -> Row | None:
-    """The decision of a command (the control processor's or the workflow engine's), once projected."""
-    return await db.fetchone(
-        "SELECT accepted, status, operation_id, problem, result FROM decisions WHERE command_id = %s", (command_id,)
-    )
-
-
 async def operation(db: Backend, operation_id: str) -> Row | None:
     return await db.fetchone(f"SELECT {OPERATION_COLUMNS} FROM operations WHERE id = %s", (operation_id,))
 

@@ -38,7 +38,7 @@ from sumi.gateway import _positions as positions
 from sumi.gateway import _reads as reads
 from sumi.gateway._auth import Caller, authorize
 from sumi.gateway._backend import Row, backend
-from sumi.gateway._commands import as_decision, request_reply, respond
+from sumi.gateway._commands import Earlier, request_reply, respond
 from sumi.gateway._json import DocumentResponse, check_object, fingerprint, idempotency_key, parse_json, read_body
 from sumi.gateway._query import choice_param, int_param
 from sumi.gateway._readafter import read_after
@@ -127,16 +127,22 @@ async def _command(request: Request, caller: Caller, command: WorkflowCommand, b
     db = backend(request)
     space = request.path_params["space"]
     bound = fingerprint(request.method, request.url.path, body)
+    earlier: Earlier | None = None
     if key is None:
         command_id = new_ulid()
     else:
         prefix = f"wfc_{_digest(space, caller.principal, key)}_"
         command_id = prefix + _digest(bound)
-        first = await reads.first_decision(db, prefix)
-        if first is not None:
-            if first["command_id"] != command_id:
+
+        async def first_under_key() -> Row | None:
+            # The first decision under this key is this command's own (a retry) or another's.
+            first = await reads.first_decision(db, prefix)
+            if first is not None and first["command_id"] != command_id:
                 raise Problem("idempotency_key_reused", "this Idempotency-Key was used with another request")
-            return await respond(request, as_decision(first))
+            return first
+
+        earlier = first_under_key
+
     record = submitted(
         command,
         command_id=command_id,
@@ -147,7 +153,7 @@ async def _command(request: Request, caller: Caller, command: WorkflowCommand, b
         idempotency_key=key,
         fingerprint=bound,
     )
-    decision = await request_reply(db, "workflow.commands", key_of(command), record, may_be_decided=key is not None)
+    decision = await request_reply(db, "workflow.commands", key_of(command), record, earlier)
     response = await respond(request, decision)
     if decision.position is not None:
         db.positions.note(key_of(command), decision.position)
