@@ -2,7 +2,8 @@
 capacity, while a second Space sends a trickle (issue 41).
 
 Run: python -m tests.bench.bench_overload   (6-8 minutes; BENCH_OVERLOAD_S sets the window,
-BENCH_CAPACITY skips the capacity probe, BENCH_WRITE_TARGET sets the gateway's latency target)
+BENCH_CAPACITY skips the capacity probe, BENCH_WRITE_TARGET sets the gateway's latency target,
+BENCH_SETTINGS='{"workflow_contexts": 32}' any other of the Host's settings)
 
 A whole Host (every service its own process, as `sumi up` runs them) on one broker and one
 PostgreSQL. Capacity is measured first: the highest open-loop rate of instances of 10
@@ -356,6 +357,7 @@ def main() -> None:
     with parts() as (kafka, db):
         target = os.environ.get("BENCH_WRITE_TARGET")  # seconds: the gateway's write_latency_target
         extra = {"write_latency_target": float(target)} if target else {}
+        extra.update(json.loads(os.environ.get("BENCH_SETTINGS", "{}")))  # any other Settings field
         with running_host(new_settings(kafka, db, **extra)) as host:
             asyncio.run(bench(host))
 
