@@ -12,6 +12,7 @@ import uvicorn
 
 from sumi.core.config import Settings
 from sumi.gateway._app import create_app
+from sumi.gateway._server import Server
 
 HTTP = "httptools"
 
@@ -23,7 +24,7 @@ def config(settings: Settings) -> uvicorn.Config:
 
 
 async def serve(settings: Settings) -> None:
-    server = uvicorn.Server(config(settings))
+    server = Server(config(settings))  # no 100 ms tick while idle (issue 40)
     await server.serve()
     if not server.started:  # as uvicorn.run: a gateway that could not listen fails, and is restarted
         raise SystemExit(3)
