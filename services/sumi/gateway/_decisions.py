@@ -26,6 +26,7 @@ import psycopg
 import psycopg_pool
 
 from sumi.core.config import Settings
+from sumi.gateway._listening import ListeningConnection
 from sumi.gateway._lookups import Lookups, changes_channel
 from sumi.wire import pgtext
 
@@ -79,7 +80,7 @@ class Decisions:
                 del self.waiting[command_id]
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(
+        return await ListeningConnection.connect(
             self.settings.database_url,
             autocommit=True,
             options=f"-c search_path={self.settings.db_schema}",
