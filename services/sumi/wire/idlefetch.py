@@ -47,10 +47,10 @@ class Consumer(AIOKafkaConsumer):  # type: ignore[misc]
 
     def __init__(self, *topics: str, idle_wait_ms: int = IDLE_WAIT_MS, **options: Any) -> None:
         options.setdefault("fetch_max_wait_ms", SHORT_WAIT_MS)
-        # aiokafka's fetcher wakes on every event it acts on (a fetch answered, a seek, a resume,
-        # an assignment); its timeout is only a backstop, and at its 200 ms it woke each consumer
-        # five times a second for nothing.
-        options.setdefault("consumer_timeout_ms", 1000)
+        # aiokafka's fetcher wakes on every event it acts on (a fetch answered, a seek, a reset, a
+        # resume, an assignment, records taken); its timeout is only a backstop, and at its 200 ms
+        # (then 1 s) it woke each idle consumer for nothing between its long polls.
+        options.setdefault("consumer_timeout_ms", idle_wait_ms)
         super().__init__(*topics, **options)
         self._short_ms = int(options["fetch_max_wait_ms"])
         self._idle_ms = max(idle_wait_ms, self._short_ms)

@@ -73,8 +73,25 @@ async def test_an_idle_consumer_asks_rarely(kafka_bootstrap: str, topic: str) ->
         await idle(c, 10.0)
         # 500 ms polls all along would be ~20; idle after 3 s, then one long poll
         assert 2 <= len(sent) <= 10, sent
+        # and between its long polls the fetcher sleeps: a 1 s backstop turned it 10 times more
+        turns = count_turns(c)
+        await idle(c, 10.0)
+        assert len(turns) <= 5, turns
     finally:
         await c.stop()
+
+
+def count_turns(c: idlefetch.Consumer) -> list[float]:
+    """The times the consumer's fetcher looks at what to do (each of its wakeups)."""
+    turns: list[float] = []
+    actions = c._fetcher._get_actions_per_node
+
+    def counted(assignment: Any) -> Any:
+        turns.append(time.monotonic())
+        return actions(assignment)
+
+    c._fetcher._get_actions_per_node = counted
+    return turns
 
 
 async def test_new_work_is_not_held_behind_the_long_poll(kafka_bootstrap: str, topic: str) -> None:
