@@ -38,6 +38,7 @@ from sumi.wire import codec, kafka
 from sumi.workflow.replies import DECIDED_FP, command_id_of
 
 log = logging.getLogger("sumi.gateway")
+IDLE_RETURN_MS = 600_000
 
 
 class LogDecisions:
@@ -103,7 +104,9 @@ class LogDecisions:
 
     async def _read(self, consumer: AIOKafkaConsumer) -> None:
         while True:
-            for messages in (await consumer.getmany(timeout_ms=1000)).values():
+            # Nothing is done between polls: an empty one need not come back (the consumer's
+            # fetches long-poll on their own, and a stop cancels this wait).
+            for messages in (await consumer.getmany(timeout_ms=IDLE_RETURN_MS)).values():
                 for message in messages:
                     self.take(message.value, message.partition, message.offset)
 
