@@ -14,9 +14,13 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from aiokafka import AIOKafkaConsumer
 
+from sumi.host import replica as _replica
+from sumi.wire import kafka
+from sumi.wire.membership import Membership
 from tests.conformance.kit import Api, Flows
-from tests.hostkit import Host, new_settings, new_space, running_host, serve_replica, stable_members
+from tests.hostkit import Host, new_settings, new_space, running_host, scratch_topic, serve_replica, stable_members
 from tests.httpkit import WORKFLOW
 
 pytestmark = pytest.mark.integration
@@ -110,6 +114,119 @@ async def test_a_replica_killed_and_started_again_under_its_name_starts(own_host
             _stop(again)
 
 
+# service -> (its engine's group, the topic that group reads)
+ENGINE_GROUPS = {"workflow": ("workflow-engine", "workflow.commands"), "queue": ("queue-engine", "queue")}
+FENCED_WITHIN_S = 90.0
+
+
+@pytest.mark.parametrize("service", sorted(ENGINE_GROUPS))
+async def test_a_replica_fenced_in_kafka_at_run_time_stops_and_the_host_decides(
+    own_host: Host, service: str, tmp_path: Path
+) -> None:
+    # WF-46, QC-43: a member that never asked Postgres for the name (an older version, another
+    # database) joins under a running replica's static member ID: the replica stops with exit 2
+    # and the line, never loops fencing it back, and the Host's own replica goes on deciding.
+    settings = own_host.settings
+    name = f"fenced-{service}"
+    group, topic = ENGINE_GROUPS[service]
+    replica = serve_replica(own_host, service, name, **_logged(tmp_path / "replica.log"))
+    intruder: AIOKafkaConsumer | None = None
+    try:
+        await stable_members(settings.kafka_bootstrap, [f"{settings.topic_prefix}-{group}"], 2)
+        intruder = AIOKafkaConsumer(
+            settings.topic(topic),
+            bootstrap_servers=settings.kafka_bootstrap,
+            group_id=f"{settings.topic_prefix}-{group}",
+            group_instance_id=f"{group}-{name}",
+            session_timeout_ms=10_000,
+            heartbeat_interval_ms=2_000,
+            enable_auto_commit=False,
+        )
+        await intruder.start()
+        fenced_at = time.monotonic()
+        polling = asyncio.create_task(_poll(intruder))
+        try:
+            await _refused(replica, tmp_path / "replica.log", name, service, fenced=True, timeout=FENCED_WITHIN_S)
+        finally:
+            polling.cancel()
+            await asyncio.gather(polling, return_exceptions=True)
+        print(f"\n{service}: the fenced replica stopped {time.monotonic() - fenced_at:.1f} s after the intruder joined")
+    finally:
+        if intruder is not None:
+            await intruder.stop()  # a static member does not leave: its session expires
+        _stop(replica)
+    await stable_members(settings.kafka_bootstrap, [f"{settings.topic_prefix}-{group}"], 1)
+    await _decides(own_host)
+
+
+class _StuckOwner:
+    """An owner whose revocation never returns once it held partitions: a member fenced then
+    stays out of its group after one warning, as the rebalances that hung in hand tries did."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.released = asyncio.Event()  # (aiokafka's stop waits for the callback)
+
+    async def assigned(self, tps: list[Any]) -> None:
+        self.held = self.held or bool(tps)
+
+    async def revoked(self, tps: list[Any]) -> None:
+        if self.held:
+            await self.released.wait()
+
+
+async def test_a_static_member_fenced_and_stuck_out_of_its_group_is_found_fenced(
+    kafka_bootstrap: str, database_url: str
+) -> None:
+    # WF-46, QC-43: fenced once, then no second warning (its rejoin hangs): found by the member
+    # being out of its group while its coordinator answers, after STALLED_S of checks, not before.
+    settings = new_settings(kafka_bootstrap, database_url)
+    group = f"{settings.topic_prefix}-fenced"
+    found: list[bool] = []
+    stalls = _replica._Stalls(lambda: found.append(True))
+    async with scratch_topic(kafka_bootstrap, "fenced", 3) as topic:
+        member = kafka.new_consumer(settings, group, group_instance_id="m-1", heartbeat_interval_ms=1000)
+        intruder = AIOKafkaConsumer(
+            topic, bootstrap_servers=kafka_bootstrap, group_id=group, group_instance_id="m-1", enable_auto_commit=False
+        )
+        polls: list[asyncio.Task[None]] = []
+        owner = _StuckOwner()
+        try:
+            await member.start()
+            Membership("fenced", member, owner).subscribe(topic)
+            polls.append(asyncio.create_task(_poll(member)))
+            await _until(lambda: _replica.in_group(member) is True)
+            stalls.check(0.0)
+            await intruder.start()
+            polls.append(asyncio.create_task(_poll(intruder)))
+            await _until(lambda: _replica.in_group(member) is False)
+            stalls.check(100.0)
+            stalls.check(100.0 + _replica.STALLED_S - 1)
+            assert not found
+            stalls.check(100.0 + _replica.STALLED_S)
+            assert found == [True]
+        finally:
+            for poll in polls:
+                poll.cancel()
+            await asyncio.gather(*polls, return_exceptions=True)
+            owner.released.set()
+            await member.stop()
+            await intruder.stop()
+
+
+async def _until(ok: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        assert time.monotonic() < deadline, "never"
+        await asyncio.sleep(0.2)
+
+
+async def _poll(consumer: AIOKafkaConsumer) -> None:
+    """Keep a member alive in its group as a service's loop would (records are not ours to take)."""
+    while True:
+        await consumer.getmany(timeout_ms=500)
+
+
 async def _held(host: Host, application: str, timeout: float = 60) -> None:
     """Until a session of that application name holds an advisory lock (sumi.host.replica's)."""
     deadline = time.monotonic() + timeout
@@ -128,8 +245,10 @@ async def _held(host: Host, application: str, timeout: float = 60) -> None:
             await asyncio.sleep(0.2)
 
 
-async def _refused(proc: "subprocess.Popen[bytes]", log: Path, name: str, service: str, fenced: bool = False) -> None:
-    code = await asyncio.to_thread(proc.wait, 90)
+async def _refused(
+    proc: "subprocess.Popen[bytes]", log: Path, name: str, service: str, fenced: bool = False, timeout: float = 90
+) -> None:
+    code = await asyncio.to_thread(proc.wait, timeout)
     err = log.read_text()
     assert code == 2, err[-5000:]
     line = [x for x in err.splitlines() if x.startswith("sumi: ")]

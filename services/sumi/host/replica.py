@@ -15,7 +15,10 @@ every heartbeat, and neither decides anything while they do (issue 40). So the n
 - At run time, a session lost (a database restart) is taken again; found held by another
   process by then, or the static membership fenced in Kafka by a member that never asked
   Postgres (an older version, another database), the process stops with the same message
-  instead of fighting over the partitions.
+  instead of fighting over the partitions. Fenced shows two ways: aiokafka's warning that the
+  coordinator no longer knows the member, twice; or a member that was in its group out of it
+  (rejoining) for `STALLED_S` while its coordinator is known: after one such warning the group
+  can hang in its rebalance for minutes, and nothing is logged meanwhile.
 
 Kafka could not be the lock: a static member does not leave its group when it stops, so a
 clean restart would find its own name there until the session expired, and each service has
@@ -26,13 +29,18 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
+import sys
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import psycopg
+from aiokafka import AIOKafkaConsumer
 
 from sumi.core.config import Settings
+from sumi.wire import membership
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +57,17 @@ NOT_RECOGNIZED = "local member_id was not recognized"
 FENCED_AFTER = 2  # times, at least FENCED_SPAN_S apart within FENCED_WINDOW_S
 FENCED_SPAN_S = 1.0
 FENCED_WINDOW_S = 60.0
+# A rebalance of live members takes seconds; one waiting for a dead member, its session (10 s).
+STALLED_S = 30.0
+STOP_GRACE_S = 20.0  # how long a stopping replica may take to close before it exits anyway
+EXIT_REFUSED = 2  # the CLI's usage error: the settings must change
+
+
+def _exit_now(message: str) -> None:
+    log.error("SUMI_REPLICA: closing did not end the process in %.0f s; exiting", STOP_GRACE_S)
+    sys.stderr.write(f"sumi: {message}\n")
+    sys.stderr.flush()
+    os._exit(EXIT_REFUSED)
 
 
 class Clash(Exception):
@@ -89,10 +108,17 @@ async def named(settings: Settings, service: str) -> AsyncIterator[None]:
         if not lost:
             lost.append(message)
             main.get_loop().call_soon_threadsafe(main.cancel)
+            # A rebalance that hangs may hold the stop too: the line and the exit come regardless.
+            main.get_loop().call_soon_threadsafe(main.get_loop().call_later, STOP_GRACE_S, _exit_now, message)
 
-    watch = _FencedWatch(lambda: stop(clash_message(settings, service, fenced=True)))
+    def fenced(how: str) -> None:
+        log.warning("SUMI_REPLICA=%r: %s", settings.replica, how)
+        stop(clash_message(settings, service, fenced=True))
+
+    watch = _FencedWatch(lambda: fenced("the group coordinator no longer knows this member, again"))
     logging.getLogger("aiokafka.consumer.group_coordinator").addHandler(watch)
-    keeper = asyncio.create_task(_keep(settings, service, key, conn, stop))
+    stalls = _Stalls(lambda: fenced(f"out of its group for {STALLED_S:.0f} s while the coordinator answers"))
+    keeper = asyncio.create_task(_keep(settings, service, key, conn, stop, stalls.check))
     try:
         yield
     except asyncio.CancelledError:
@@ -141,11 +167,14 @@ async def _keep(
     key: int,
     conn: "psycopg.AsyncConnection[Any]",
     stop: Callable[[str], None],
+    also: Callable[[], None],
 ) -> None:
-    """Prove the session alive; a lost one is taken again, or the process stops if it cannot be."""
+    """Prove the session alive; a lost one is taken again, or the process stops if it cannot be.
+    `also` runs at each check (the memberships' watch: no wakeups of its own)."""
     try:
         while True:
             await asyncio.sleep(CHECK_S)
+            also()
             try:
                 await conn.execute("SELECT 1")
                 continue
@@ -182,3 +211,43 @@ class _FencedWatch(logging.Handler):
         self.seen = [t for t in self.seen if now - t < FENCED_WINDOW_S] + [now]
         if len(self.seen) >= FENCED_AFTER and now - self.seen[0] >= FENCED_SPAN_S:
             self.fenced()
+
+
+class _Stalls:
+    """Calls `fenced` when a static member that was in its group has been out of it since
+    `STALLED_S` ago, at every check, its group coordinator known each time (an unreachable broker
+    is an outage, not a rival: its clock starts again)."""
+
+    def __init__(self, fenced: Callable[[], None]) -> None:
+        self.fenced = fenced
+        self.was_in: weakref.WeakSet[AIOKafkaConsumer] = weakref.WeakSet()
+        self.out_since: weakref.WeakKeyDictionary[AIOKafkaConsumer, float] = weakref.WeakKeyDictionary()
+
+    def check(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        for consumer in membership.subscribed():
+            state = in_group(consumer)
+            if state:
+                self.was_in.add(consumer)
+                self.out_since.pop(consumer, None)
+            elif state is False and consumer in self.was_in:
+                if now - self.out_since.setdefault(consumer, now) >= STALLED_S:
+                    self.fenced()
+                    return
+            else:
+                self.out_since.pop(consumer, None)
+
+
+def in_group(consumer: AIOKafkaConsumer) -> bool | None:
+    """Whether a static member is in its group now: it heartbeats only between a completed join
+    and the next rebalance, and stops for good once the coordinator forgets it. None: not a
+    static member, no coordinator known, or aiokafka's internals not as read here."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    if getattr(consumer, "_closed", True) is not False or coordinator is None:
+        return None  # not started, or stopped: out of its group on purpose
+    if getattr(coordinator, "_group_instance_id", None) is None:
+        return None
+    if getattr(coordinator, "coordinator_id", None) is None or not hasattr(coordinator, "_heartbeat_task"):
+        return None
+    task = coordinator._heartbeat_task
+    return task is not None and not task.done()

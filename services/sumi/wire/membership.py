@@ -15,12 +15,20 @@ aiokafka sends no heartbeat while a callback runs, so an owner does here only wh
 """
 
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 log = logging.getLogger(__name__)
+# Every consumer subscribed here, for what watches a replica's memberships (sumi._replica).
+_subscribed: "weakref.WeakSet[AIOKafkaConsumer]" = weakref.WeakSet()
+
+
+def subscribed() -> list[AIOKafkaConsumer]:
+    """The consumers of this process that are members of a group through a `Membership`."""
+    return list(_subscribed)
 
 
 class Owner(Protocol):
@@ -46,6 +54,7 @@ class Membership(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
 
     def subscribe(self, topic: str) -> None:
         self.consumer.subscribe([topic], listener=self)
+        _subscribed.add(self.consumer)
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         await self._tell("revoking", self.owner.revoked, sorted(revoked))
