@@ -31,6 +31,7 @@ from aiokafka.conn import CloseReason
 SHORT_WAIT_MS = 500
 IDLE_WAIT_MS = 5000
 IDLE_AFTER = 3.0  # seconds with nothing fetched
+BACKSTOP_MIN_MS = 1000
 
 
 @dataclass
@@ -50,7 +51,9 @@ class Consumer(AIOKafkaConsumer):  # type: ignore[misc]
         # aiokafka's fetcher wakes on every event it acts on (a fetch answered, a seek, a reset, a
         # resume, an assignment, records taken); its timeout is only a backstop, and at its 200 ms
         # (then 1 s) it woke each idle consumer for nothing between its long polls.
-        options.setdefault("consumer_timeout_ms", idle_wait_ms)
+        # Never under 1 s: a consumer that asks for a short poll (idle_wait_ms=50) must not turn
+        # its fetcher twenty times a second for it.
+        options.setdefault("consumer_timeout_ms", max(idle_wait_ms, BACKSTOP_MIN_MS))
         super().__init__(*topics, **options)
         self._short_ms = int(options["fetch_max_wait_ms"])
         self._idle_ms = max(idle_wait_ms, self._short_ms)

@@ -143,3 +143,20 @@ async def test_new_work_is_not_held_behind_the_long_poll(kafka_bootstrap: str, t
     finally:
         await c.stop()
         await producer.stop()
+
+
+async def test_a_short_polling_consumer_with_nothing_to_fetch_sleeps(kafka_bootstrap: str, topic: str) -> None:
+    # A consumer asking for 50 ms polls (the workflow engine's replies reader) with every
+    # partition paused fetches nothing: its fetcher's backstop must not follow the poll down.
+    c = idlefetch.Consumer(bootstrap_servers=kafka_bootstrap, fetch_max_wait_ms=50, idle_wait_ms=50)
+    await c.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(3)]
+        c.assign(tps)
+        c.pause(*tps)
+        await asyncio.sleep(0.5)
+        turns = count_turns(c)
+        await asyncio.sleep(3)
+        assert len(turns) <= 5, len(turns)  # a 50 ms backstop: ~60
+    finally:
+        await c.stop()
