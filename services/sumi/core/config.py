@@ -27,6 +27,9 @@ class Settings:
     # SUMI_KAFKA_BOOTSTRAP names one, PostgreSQL on pg_port unless SUMI_DATABASE_URL names one.
     kafka_port: int = 9092
     pg_port: int = 5432
+    # The JVM options of the broker `sumi up` starts, space-separated; "" = the laptop default
+    # (sumi.infra.BROKER_JVM; docs/decisions.md "The embedded broker's JVM" for larger machines).
+    kafka_jvm: str = ""
     launch_kafka: bool = True
     launch_postgres: bool = True
     decision_timeout: float = 10.0
@@ -140,6 +143,7 @@ class Settings:
             "http_port": _port(env, "SUMI_HTTP_PORT", 8080),
             "kafka_port": _port(env, "SUMI_KAFKA_PORT", 9092),
             "pg_port": _port(env, "SUMI_PG_PORT", 5432),
+            "kafka_jvm": env.get("SUMI_KAFKA_JVM", ""),
             "launch_kafka": "SUMI_KAFKA_BOOTSTRAP" not in env,
             "launch_postgres": "SUMI_DATABASE_URL" not in env,
             "decision_timeout": float(env.get("SUMI_DECISION_TIMEOUT", "10")),
@@ -199,6 +203,7 @@ class Settings:
             "SUMI_HTTP_PORT": str(self.http_port),
             "SUMI_KAFKA_PORT": str(self.kafka_port),
             "SUMI_PG_PORT": str(self.pg_port),
+            "SUMI_KAFKA_JVM": self.kafka_jvm,
             "SUMI_DECISION_TIMEOUT": str(self.decision_timeout),
             "SUMI_WRITE_LATENCY_TARGET": str(self.write_latency_target),
             "SUMI_STATE_DIR": self.state_dir,

@@ -17,6 +17,7 @@ import dataclasses
 import fcntl
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -124,7 +125,7 @@ def _up(first: Settings, state: Path, signals: StopSignals, started: float, logs
     try:
         # Both launched before either is waited for: the JVM boots while PostgreSQL starts.
         if "SUMI_KAFKA_PORT" in ports:
-            kafka = _kafka(state, ports["SUMI_KAFKA_PORT"], brokers, first.cache_dir)
+            kafka = _kafka(state, ports["SUMI_KAFKA_PORT"], brokers, first.cache_dir, first.kafka_jvm.split())
             _launch(parts, kafka, f"Apache Kafka (KRaft, {'single node' if brokers == 1 else f'{brokers} brokers'})")
             env["SUMI_KAFKA_BOOTSTRAP"] = kafka.bootstrap
         if "SUMI_PG_PORT" in ports:
@@ -178,10 +179,13 @@ def _up(first: Settings, state: Path, signals: StopSignals, started: float, logs
     return 0
 
 
-def _kafka(state: Path, port: int, brokers: int, cache: str = "") -> KafkaBroker | KafkaCluster:
+def _kafka(
+    state: Path, port: int, brokers: int, cache: str = "", jvm: Sequence[str] = ()
+) -> KafkaBroker | KafkaCluster:
     if brokers == 1:
-        return KafkaBroker(state / "kafka", port=port, cache=cache)
-    return KafkaCluster(state / "kafka-cluster", ports=range(port, port + brokers), size=brokers, cache=cache)
+        return KafkaBroker(state / "kafka", port=port, cache=cache, jvm=jvm)
+    ports = range(port, port + brokers)
+    return KafkaCluster(state / "kafka-cluster", ports=ports, size=brokers, cache=cache, jvm=jvm)
 
 
 def _print_logs(settings: Settings) -> "HostLogPrinter":

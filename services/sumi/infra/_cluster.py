@@ -26,7 +26,12 @@ class KafkaCluster:
     """
 
     def __init__(
-        self, data_dir: Path | None = None, ports: Sequence[int] | None = None, size: int = 3, cache: str = ""
+        self,
+        data_dir: Path | None = None,
+        ports: Sequence[int] | None = None,
+        size: int = 3,
+        cache: str = "",
+        jvm: Sequence[str] = (),
     ) -> None:
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="sumi-kafka-cluster-"))
         self._scratch = None if data_dir is not None else self.data_dir
@@ -35,7 +40,7 @@ class KafkaCluster:
             raise ValueError(f"a cluster of {size} brokers needs {size} ports, got {len(ports)}")
         replicas = min(size, 3)
         self.brokers = [
-            KafkaBroker(self.data_dir / f"node-{i}", port=port, node_id=i, replicas=replicas, cache=cache)
+            KafkaBroker(self.data_dir / f"node-{i}", port=port, node_id=i, replicas=replicas, cache=cache, jvm=jvm)
             for i, port in enumerate(ports, start=1)
         ]
         voters = ",".join(f"{b.node_id}@127.0.0.1:{b.controller_port}" for b in self.brokers)

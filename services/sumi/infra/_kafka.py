@@ -82,10 +82,10 @@ class KafkaBroker(Watched):
         node_id: int = 1,
         replicas: int = 1,
         cache: str = "",
-        jvm: Sequence[str] = BROKER_JVM,
+        jvm: Sequence[str] = (),
     ) -> None:
         self.cache = cache  # Settings.cache_dir: where the broker's jars are kept
-        self.jvm = tuple(jvm)
+        self.jvm = tuple(jvm) or BROKER_JVM  # Settings.kafka_jvm, split
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="sumi-kafka-"))
         self._scratch = None if data_dir is not None else self.data_dir
         self.port = port or free_port()
@@ -154,13 +154,7 @@ class KafkaBroker(Watched):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props = self.data_dir / "server.properties"
         props.write_text(self._properties())
-        java = [
-            "java",
-            *self.jvm,
-            f"-Dlog4j2.configurationFile={HERE / 'log4j2.yaml'}",
-            "-cp",
-            f"{libs}/*",
-        ]
+        java = self.java(libs)
         if not (self.data_dir / "logs" / "meta.properties").exists():
             subprocess.run(
                 [
@@ -185,6 +179,9 @@ class KafkaBroker(Watched):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def java(self, libs: Path) -> list[str]:
+        return ["java", *self.jvm, f"-Dlog4j2.configurationFile={HERE / 'log4j2.yaml'}", "-cp", f"{libs}/*"]
 
     def healthy(self) -> bool:
         return kafka_answers(self.port)

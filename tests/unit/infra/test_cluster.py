@@ -61,3 +61,20 @@ def test_sumi_up_starts_a_cluster_when_asked_and_the_host_replicates_on_it(
     monkeypatch.delenv("SUMI_KAFKA_BROKERS")
     monkeypatch.delenv("SUMI_REPLICATION")
     assert (Settings.from_env().kafka_brokers, Settings.from_env().replication) == (1, 1)
+
+
+def test_the_brokers_jvm_is_the_laptop_default_unless_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # QC-43: a larger machine gives its broker another collector and the full JIT by one setting
+    monkeypatch.delenv("SUMI_KAFKA_JVM", raising=False)
+    libs = tmp_path / "libs"
+    default = _kafka(tmp_path, 9092, 1, jvm=Settings.from_env().kafka_jvm.split())
+    assert isinstance(default, KafkaBroker)
+    assert default.java(libs)[1:5] == ["-Xms256m", "-Xmx768m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+    monkeypatch.setenv("SUMI_KAFKA_JVM", "-Xmx4g -XX:+UseG1GC")
+    settings = Settings.from_env()
+    assert settings.to_env()["SUMI_KAFKA_JVM"] == "-Xmx4g -XX:+UseG1GC"  # the services see the same settings
+    cluster = _kafka(tmp_path, 9092, 3, jvm=settings.kafka_jvm.split())
+    assert isinstance(cluster, KafkaCluster)
+    for broker in cluster.brokers:
+        java = broker.java(libs)
+        assert java[1:3] == ["-Xmx4g", "-XX:+UseG1GC"] and "-XX:TieredStopAtLevel=1" not in java
