@@ -19,7 +19,7 @@ class ControlLogic:
     def reset(self) -> None:
         self.state = ControlState()
 
-    def fold(self, record: r.Record) -> None:
+    def fold(self, record: r.Record, key: str = "") -> None:
         evolve(self.state, record)
 
     def decide(self, record: r.Record, now: int) -> Iterable[Out]:

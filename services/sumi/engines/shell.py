@@ -17,6 +17,16 @@ not at all. A decision may instead be an effect (the verifier loading a module) 
 beside the loop, in the shell's one TaskGroup, and commits its outputs when it ends; until
 then the partition's group offset stays at it, so a restart decides it again.
 
+A processor that serves what it holds beyond its input (`Serving`: the workflow engine runs
+its instances' contexts) gets, per assignment, a generation in that TaskGroup: what it reads
+beside its changelog (`prepare`), the changelog's fold (its latest snapshots restored first,
+`sumi.engines.checkpoints`, and only the log after them folded), an outbox per partition on the
+partition's fenced producers, then its input records (`take`) and `serve` until the partitions
+are revoked. A revocation returns only once the generation has ended, its runtime contexts
+proven stopped: Kafka hands the partitions on only after that, so no context of them runs
+while another replica runs the same instance. Such a processor decides on its outboxes and
+commits its input's progress itself (a decision may wait on a context's stop).
+
 An input record that does not decode, or whose handling raises, is quarantined in that same
 transaction and the processor goes on with the next one. A bad record in the changelog is
 skipped by the fold (the projection of that topic quarantined it when it met it). Any other
@@ -25,37 +35,57 @@ log, never patched up.
 """
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from sumi.core import allocator
 from sumi.core.config import Settings
+from sumi.engines.checkpoints import Checkpoints, Snapshotted
 from sumi.wire import assignors, kafka
 from sumi.wire.fencing import Folds, PartitionProducers
 from sumi.wire.kafka import Out
 from sumi.wire.membership import Membership
+from sumi.wire.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
 Decided = Iterable[Out] | Awaitable[Iterable[Out]]
 
 
-class Processor(Protocol):
+class Folding(Protocol):
     def reset(self) -> None:
         """Forget all state: a new assignment is folded afresh."""
 
-    def fold(self, record: Any) -> None:
-        """Apply one changelog record to the state."""
+    def fold(self, record: Any, key: str) -> None:
+        """Apply one changelog record (its key `key`) to the state."""
 
+
+class Processor(Folding, Protocol):
     def decide(self, record: Any, now: int) -> Decided:
         """Decide one input record: its outputs, or an effect whose outputs commit when it ends.
         Fold what it emits to the changelog itself.
 
         If it raises, it must have left the state as it was (decide first, then fold)."""
+
+
+@runtime_checkable
+class Serving(Folding, Snapshotted, Protocol):
+    """A processor that serves its partitions beyond deciding its input, on outboxes of its own."""
+
+    async def prepare(self, partitions: frozenset[int], stack: contextlib.AsyncExitStack) -> None:
+        """Before its changelog is folded: what else it reads and needs, kept open on `stack`."""
+
+    async def serve(self, outboxes: dict[int, Outbox]) -> None:
+        """Serve until cancelled; on cancellation stop every runtime context, proven, first."""
+
+    def take(self, message: Any) -> None:
+        """One input record of a partition being served."""
 
 
 @dataclass
@@ -77,9 +107,12 @@ class Shell:
         settings: Settings,
         name: str,
         input_topic: str,
-        processor: Processor,
+        processor: Processor | Serving,
         changelog_topic: str | None = None,
         one_owner: bool = False,
+        turns: int = 1,
+        snapshots: str | None = None,
+        **options: Any,
     ) -> None:
         self.settings = settings
         self.name = name
@@ -87,8 +120,20 @@ class Shell:
         # None: the input is its own changelog, folded from its beginning at each assignment.
         self.changelog_topic = changelog_topic
         self.processor = processor
+        self.serves = processor if isinstance(processor, Serving) else None
+        self.decides = None if isinstance(processor, Serving) else processor
         self.group = f"{settings.topic_prefix}-{name}"
-        self.producers = PartitionProducers(settings, name, linger_ms=0)
+        self.producers = PartitionProducers(settings, name, turns=turns, linger_ms=0)
+        self.options = options  # the group member's
+        # The changelog's snapshots (`snapshots`: the engine whose snapshot topic they are on),
+        # taken when the outboxes are idle: a Serving processor's.
+        self.checkpoints = (
+            Checkpoints(settings, snapshots, changelog_topic, self.serves)
+            if snapshots is not None and changelog_topic is not None and self.serves is not None
+            else None
+        )
+        self.serving: frozenset[int] = frozenset()  # the partitions a Serving processor's generation serves
+        self.generation: asyncio.Task[None] | None = None
         self.one_owner = one_owner  # decisions span partitions: one replica holds all, the rest stand by
         self.quarantine = kafka.Quarantine(settings, name)
         self.ready = asyncio.Event()
@@ -101,34 +146,58 @@ class Shell:
 
     async def run(self) -> None:
         kafka.shorten_txn_retry()  # a command's decision waits on this processor's commit
-        consumer = kafka.group_member(self.settings, self.name, **self._assignor())
+        consumer = kafka.group_member(self.settings, self.name, **self._assignor(), **self.options)
         try:  # started inside: a stop signal while they start still stops them (unstopped clients log errors)
             await consumer.start()
             self.consumer = consumer
+            if self.checkpoints is not None:
+                await self.checkpoints.start()
             Membership(self.name, consumer, self, on_failure=self._fail).subscribe(self.input_topic)
-            async with asyncio.TaskGroup() as effects:  # an effect's failed commit ends the loop too
+            # Effects and generations too: a failed commit, or a generation's failure, ends the loop.
+            async with asyncio.TaskGroup() as tasks:
                 epoch = self.folds.epoch
                 async for batch in kafka.batches(consumer, timeout_ms=500, max_records=500):
                     if self.failed is not None:
-                        raise RuntimeError("rebuilding state failed") from self.failed
+                        raise RuntimeError("taking partitions over failed") from self.failed
                     if self.pending is not None:  # an assignment to fold, outside its callback
-                        await self._take_over(consumer, self.pending)
+                        await self._take_over(consumer, self.pending, tasks)
                     # aiokafka may hand out records fetched before or while the listener folded;
                     # deciding them would use the wrong state. Read on from where the fold left.
                     if batch and self.folds.stale(epoch):
                         await self._rewind(consumer, list(batch))
+                    elif batch and self.serves is not None:
+                        self._hand_over(self.serves, batch)
                     elif batch:
-                        await self._process(batch, effects)
+                        await self._process(batch, tasks)
                     epoch = self.folds.epoch  # for the next poll
         finally:
             await consumer.stop()
+            if self.checkpoints is not None:
+                await self.checkpoints.stop()
             await self.producers.close()
 
     def _fail(self, exc: BaseException) -> None:
         self.failed = exc  # deciding on a partial fold must not happen
 
     async def revoked(self, tps: list[TopicPartition]) -> None:
-        pass  # each assignment folds afresh; a revoked partition's commits are fenced by its new owner
+        # Each assignment folds afresh and a revoked partition's commits are fenced by its new
+        # owner; what must end before the partitions go is a generation's contexts (the drain).
+        self.serving = frozenset()
+        task, self.generation = self.generation, None
+        if task is not None and not task.done():
+            task.remove_done_callback(self._ended)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _ended(self, task: "asyncio.Task[None]") -> None:
+        """A generation ended while its partitions were still held (a revocation removes this
+        callback before it cancels one): a failure, even one that ended cancelled from within,
+        for its partitions would otherwise stay here, read and never decided."""
+        if task.cancelled():
+            self._fail(RuntimeError(f"{self.name}: a generation was cancelled from within"))
+        else:
+            self._fail(task.exception() or RuntimeError(f"{self.name}: a generation ended by itself"))
 
     async def assigned(self, tps: list[TopicPartition]) -> None:
         # A fresh fold for every assignment: state of partitions lost meanwhile must not linger.
@@ -138,8 +207,8 @@ class Shell:
             self.progress = Progress()
             # Fenced first: the changelog and the offsets read after it hold the old owner's last commit.
             self.start = await self.producers.fenced(self.consumer, tps)
-        if tps:  # nothing is decided until the run loop has folded their changelog
-            self.folds.assigning = True
+        if tps and self.serves is None:  # nothing is decided until the run loop has folded their changelog
+            self.folds.assigning = True  # (a generation is handed records only once it serves)
         self.pending = tps
 
     def _assignor(self) -> dict[str, Any]:
@@ -152,10 +221,11 @@ class Shell:
         record = kafka.decode(message.value)
         if isinstance(record, kafka.Rejected):
             return [self.quarantine.out(message, record, now)]
+        assert self.decides is not None
         try:
             if self.changelog_topic is None:
-                self.processor.fold(record)
-            decided = self.processor.decide(record, now)
+                self.decides.fold(record, message.key.decode() if message.key else "")
+            decided = self.decides.decide(record, now)
             return decided if isinstance(decided, Awaitable) else list(decided)
         except Exception as exc:
             log.exception("%s could not handle %s[%d]@%d", self.name, message.topic, message.partition, message.offset)
@@ -203,11 +273,17 @@ class Shell:
         at = self.progress.at(tp)
         return {tp: at} if at is not None and at >= self.start.get(tp, 0) else {}
 
-    async def _take_over(self, consumer: AIOKafkaConsumer, assigned: list[TopicPartition]) -> None:
+    async def _take_over(
+        self, consumer: AIOKafkaConsumer, assigned: list[TopicPartition], tasks: asyncio.TaskGroup
+    ) -> None:
         """Fold the changelog of partitions just assigned (fenced and paused by the listener),
         then read their input from where the fold left. Here, not in the listener: aiokafka sends
         no heartbeat while a listener runs, so a fold longer than the session lost the group."""
         self.pending = None
+        if self.serves is not None:
+            self.generation = tasks.create_task(self._generation(self.serves, consumer, assigned))
+            self.generation.add_done_callback(self._ended)
+            return
         try:
             async with self.folds.refold(self.producers):
                 await self.rebuild(tp.partition for tp in assigned)
@@ -218,6 +294,35 @@ class Shell:
         await self._rewind(consumer, held)
         consumer.resume(*held)
         self.ready.set()
+
+    async def _generation(self, processor: Serving, consumer: AIOKafkaConsumer, assigned: list[TopicPartition]) -> None:
+        """A Serving processor's partitions: prepared, folded, then served until revoked."""
+        partitions = frozenset(tp.partition for tp in assigned)
+        async with contextlib.AsyncExitStack() as stack:
+            await processor.prepare(partitions, stack)
+            await self.rebuild(partitions)
+            outboxes = {p: Outbox(self.producers.turns_of(p), self.settings.partitions) for p in sorted(partitions)}
+            for box in outboxes.values():
+                box.on_idle = self.checkpoints.idle if self.checkpoints is not None else None
+            held = [tp for tp in assigned if tp in consumer.assignment()]
+            await self._rewind(consumer, held)
+            self.serving = partitions
+            consumer.resume(*held)
+            self.ready.set()
+            log.info("%s serves partitions %s", self.name, sorted(partitions))
+            # A TaskGroup: one failure (a fenced producer above all) cancels every other loop at once.
+            async with asyncio.TaskGroup() as tasks:
+                for box in outboxes.values():
+                    tasks.create_task(box.run())
+                tasks.create_task(processor.serve(outboxes))
+
+    def _hand_over(self, processor: Serving, batch: dict[TopicPartition, list[Any]]) -> None:
+        # A record of a partition not served (yet) was fetched before its take-over: once
+        # served, it is read again from the committed offset.
+        for tp, messages in batch.items():
+            if tp.partition in self.serving:
+                for message in messages:
+                    processor.take(message)
 
     async def _rewind(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> None:
         """Read on from where the last assignment's fold left these partitions."""
@@ -230,19 +335,25 @@ class Shell:
             consumer.seek(tp, self.start[tp])
 
     def fold(self, message: Any, before_end: bool = True) -> None:
-        kafka.fold_or_skip(self.name, message, self.processor.fold)
+        key = message.key.decode() if message.key else ""
+        kafka.fold_or_skip(self.name, message, lambda record: self.processor.fold(record, key))
 
     async def rebuild(self, partitions: Iterable[int]) -> None:
-        """Fold the changelog partitions to their ends before deciding anything new."""
+        """Fold the changelog partitions to their ends before deciding anything new: after
+        their latest snapshots, where there are any."""
         if self.changelog_topic is None:
             return  # folded from the input itself, as the loop reads it
         tps = [TopicPartition(self.changelog_topic, p) for p in partitions]
         if not tps:
             return
-        reader = kafka.new_consumer(self.settings)
+        starts = await self.checkpoints.restore(tps) if self.checkpoints is not None else {}
+        reader = kafka.new_consumer(self.settings, max_partition_fetch_bytes=4 << 20)
         try:
             await reader.start()
-            ends = await kafka.read_to_end(reader, tps, self.fold)
+            ends = await kafka.read_to_end(reader, tps, self.fold, starts=starts)
             log.info("%s rebuilt %d partitions up to %s", self.name, len(tps), ends)
         finally:
             await reader.stop()
+        allocator.give_back()  # the fold's garbage, not the state it left
+        if self.checkpoints is not None:
+            self.checkpoints.rebuilt(ends)

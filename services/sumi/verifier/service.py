@@ -70,7 +70,7 @@ class Verifier:
 
     # ---- what the shell asks (sumi.engines.shell.Processor) ----------------------------
 
-    def fold(self, record: r.Record) -> None:
+    def fold(self, record: r.Record, key: str = "") -> None:
         evolve(self.control, record)
 
     def reset(self) -> None:

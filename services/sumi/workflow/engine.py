@@ -2,10 +2,11 @@
 
 Plumbing around the pure core (`_state`, `_decide`):
 - The instance log (topic `workflow`, key `<workflowUid>/<instanceId>`) is the engine's
-  changelog; the owner of a partition is its only writer. A generation, after its
-  transactional producers (a pair per partition its outbox takes turns on, `sumi.wire.outbox`)
-  have fenced the partitions' previous owner, folds its partitions to the end (read_committed)
-  and never reads them again: every later record is folded when decided.
+  changelog; the owner of a partition is its only writer. The shell (`sumi.engines.shell`),
+  after the partitions' transactional producers (a pair per partition its outbox takes turns
+  on, `sumi.wire.outbox`) have fenced their previous owner, restores their latest snapshots
+  (`_checkpoints`) and folds the log after them to the end (read_committed); it is never read
+  again: every later record is folded when decided.
 - Commands (topic `workflow.commands`, same key) come through the intake (`_intake`):
   each is decided once against the fold, and its `CommandDecided` goes to the instance log
   with the facts it decided; the group's offsets follow the decisions, and decided
@@ -32,8 +33,8 @@ Plumbing around the pure core (`_state`, `_decide`):
   runtimes' exit (WF-13, WF-14). Instance counts (`_observe`) are reported per owned
   partition too; the control plane sums them (WF-9).
 
-Replicas share the partitions (`sumi.engines.shares`): every replica joins the commands'
-group, and each assignment is a generation that fences its partitions' transactional
+Replicas share the partitions through the shell: every replica joins the commands' group, and
+each assignment is a generation (`Serving`) that fences its partitions' transactional
 producers (a pair per partition, `<prefix>-workflow-engine-p<N>`), rebuilds exactly those
 partitions, decides their commands and runs their instances; on revocation it stops their
 contexts, proven, before the partitions go. What spans partitions is a protocol across
@@ -44,14 +45,14 @@ Caller Binding's call on another replica's instance goes through the commands to
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import CollectorRegistry
 
-from sumi.core import allocator, clock, ids, sealing
+from sumi.core import clock, ids, sealing
 from sumi.core import records as r
 from sumi.core.clock import now_ms
 from sumi.core.commands import Command as ControlCommand
@@ -61,11 +62,10 @@ from sumi.core.problems import Problem
 from sumi.engines import exporter
 from sumi.engines.metrics import PlumbingMetrics
 from sumi.engines.runtimes import Runtimes
-from sumi.engines.shares import Shares
+from sumi.engines.shell import Shell
 from sumi.engines.worklogs import WorkerLogs
 from sumi.runtime.types import Runtime, WorkflowOutcome
 from sumi.wire import kafka
-from sumi.wire.fencing import PartitionProducers
 from sumi.wire.outbox import Outbox
 from sumi.wire.topics import instance_key, partition_for
 from sumi.workflow import commands as c
@@ -109,13 +109,27 @@ class Engine:
         self.plumbing = PlumbingMetrics(self.registry)
         self.commands: AIOKafkaConsumer | None = None  # the group's member, once running
         self.admin: AIOKafkaAdminClient | None = None
-        self._fresh(frozenset(range(settings.partitions)))
+        self.control_reader: AIOKafkaConsumer | None = None  # a generation's, from `prepare`
+        self.control_tps: list[TopicPartition] = []
+        self.reset()
+        self.owned = frozenset(range(settings.partitions))  # a Shell's generation says which
+        topic = settings.topic
+        self.shell = Shell(
+            settings,
+            "workflow-engine",
+            topic("workflow.commands"),
+            self,
+            changelog_topic=topic("workflow"),
+            turns=2,
+            snapshots="workflow",
+            max_partition_fetch_bytes=4 << 20,
+        )
 
-    def _fresh(self, owned: frozenset[int]) -> None:
-        """The state of a generation (`sumi.engines.shares`): nothing of an earlier one is kept."""
+    def reset(self) -> None:
+        """The state of a new generation: nothing of an earlier one is kept."""
         # The instance log's partitions this replica decides (commands and log share the key, so
-        # the same numbers): an instance of another partition is another replica's.
-        self.owned = owned
+        # the same numbers): an instance of another partition is another replica's (`prepare`).
+        self.owned = frozenset[int]()
         self.table = InstanceTable(self.limits, self.settings.partitions)
         self.instances = self.table.instances  # the table's (runs, bindings and checkpoints read it)
         self.ring = sealing.KeyRing()  # the data keys alive: the fold of the key topic
@@ -146,7 +160,11 @@ class Engine:
 
     # ---- the fold and the outbox ------------------------------------------------------------
 
-    def fold(self, key: str, rec: r.Record) -> None:
+    def fold(self, record: r.Record, key: str) -> None:
+        """One record of the instance log, as the shell's take-over reads it (sealed)."""
+        self._fold(key, sealing.open_record(record, self.ring))
+
+    def _fold(self, key: str, rec: r.Record) -> None:
         if isinstance(rec, r.CommandDecided):
             self.intake.remember(rec.commandId)
             self.checkpoints.remember(key, rec.commandId)
@@ -176,7 +194,7 @@ class Engine:
             elif isinstance(rec, r.WorkflowRecord):
                 outs += self._sealed(key, rec)
             else:  # a command's answer
-                self.fold(key, rec)
+                self._fold(key, rec)
                 outs.append((self.settings.topic("workflow"), key, rec))
         return box.put(outs)
 
@@ -220,7 +238,7 @@ class Engine:
         for made in change.made:
             self.ring.add(made)
             outs.append((keys, made.keyId, made))
-        self.fold(key, rec)
+        self._fold(key, rec)
         outs.append((self.settings.topic("workflow"), key, sealing.seal_record(rec, self.ring)))
         for dropped in change.dropped:
             self.ring.drop(dropped)
@@ -340,16 +358,11 @@ class Engine:
 
     # ---- reading the logs ------------------------------------------------------------------
 
-    async def _reader(
-        self, stack: contextlib.AsyncExitStack, topic: str, group: str | None = None
-    ) -> tuple[AIOKafkaConsumer, list[TopicPartition]]:
-        consumer = kafka.new_consumer(self.settings, group, max_partition_fetch_bytes=4 << 20)
-        await kafka.started(stack, consumer)
-        return consumer, await kafka.partitions(consumer, topic)
+    def capture(self, partition: int, snapshot_id: str) -> tuple[list[r.WorkflowSnapshotChunk], int]:
+        return self.checkpoints.capture(partition, snapshot_id)
 
-    def _fold_log(self, m: Any, before_end: bool = True) -> None:
-        key = m.key.decode() if m.key else ""
-        kafka.fold_or_skip("workflow-engine", m, lambda record: self.fold(key, sealing.open_record(record, self.ring)))
+    async def restore(self, partition: int, chunks: list[r.Record]) -> None:
+        await self.checkpoints.restore(partition, chunks)  # the keys are folded: documents open
 
     def _fold_keys(self, m: Any, before_end: bool = True) -> None:
         if m.key is None:
@@ -365,83 +378,54 @@ class Engine:
 
     async def run(self) -> None:
         """One replica: the commands' partitions it is given, each assignment a generation."""
-        kafka.shorten_txn_retry()
-        # The clients stop however the engine ends, a stop signal while it starts included.
-        async with contextlib.AsyncExitStack() as stack:
-            stack.push_async_callback(self.worklogs.close)
-            self.admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
-            stack.push_async_callback(self.admin.close)  # an admin client closes, it does not stop
-            await self.admin.start()
-            shares = Shares(
-                self.settings,
-                "workflow-engine",
-                self.settings.topic("workflow.commands"),
-                self,
-                max_partition_fetch_bytes=4 << 20,
-            )
-            self.commands = shares.consumer
-            stack.push_async_callback(shares.close)
-            await shares.run()
+        try:
+            await self.shell.run()
+        finally:
+            await self.worklogs.close()
 
     def take(self, message: Any) -> None:
         self.intake.take(message)
-
-    def after_batch(self) -> None:
         self.scheduler.wake.set()
 
-    async def generation(self, owned: frozenset[int], producers: PartitionProducers, ready: Callable[[], None]) -> None:
-        """Rebuild the owned partitions (fenced already), then decide on them until cancelled."""
-        self._fresh(owned)
-        async with contextlib.AsyncExitStack() as stack:
-            log_reader, log_tps = await self._reader(stack, self.settings.topic("workflow"))
-            log_tps = [tp for tp in log_tps if tp.partition in owned]
-            control_reader, control_tps = await self._reader(stack, self.settings.topic("control"))
-            keys_reader, keys_tps = await self._reader(stack, self.settings.topic("workflow.keys"))
-            # Every partition's keys: an owned instance's key lies wherever its ID hashes.
-            await kafka.read_to_end(keys_reader, keys_tps, self._fold_keys)
-            await keys_reader.stop()
-            # A short long-poll: a partition resumed while a fetch of others is in flight waits for it.
-            replies = await kafka.started(
-                stack, kafka.new_consumer(self.settings, fetch_max_wait_ms=50, idle_wait_ms=50)
-            )
-            self.replies.attach(replies, await kafka.partitions(replies, self.settings.topic("workflow")))
-            stack.push_async_callback(self.checkpoints.stop)
-            await self.checkpoints.start()
-            await self._serve(producers, log_reader, log_tps, control_reader, control_tps, ready)
+    async def _reader(
+        self, stack: contextlib.AsyncExitStack, topic: str
+    ) -> tuple[AIOKafkaConsumer, list[TopicPartition]]:
+        consumer = kafka.new_consumer(self.settings, max_partition_fetch_bytes=4 << 20)
+        await kafka.started(stack, consumer)
+        return consumer, await kafka.partitions(consumer, topic)
 
-    async def _serve(
-        self,
-        producers: PartitionProducers,
-        log_reader: AIOKafkaConsumer,
-        log_tps: list[TopicPartition],
-        control_reader: AIOKafkaConsumer,
-        control_tps: list[TopicPartition],
-        ready: Callable[[], None],
-    ) -> None:
-        assert self.commands is not None and self.admin is not None
-        commands, admin = self.commands, self.admin
+    async def prepare(self, partitions: frozenset[int], stack: contextlib.AsyncExitStack) -> None:
+        """Before the instance log: the keys (its documents open with them), the control log."""
+        self.owned = partitions
+        self.commands = self.shell.consumer
+        self.admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
+        stack.push_async_callback(self.admin.close)  # an admin client closes, it does not stop
+        await self.admin.start()
+        keys_reader, keys_tps = await self._reader(stack, self.settings.topic("workflow.keys"))
+        # Every partition's keys: an owned instance's key lies wherever its ID hashes.
+        await kafka.read_to_end(keys_reader, keys_tps, self._fold_keys)
+        await keys_reader.stop()
+        self.control_reader, self.control_tps = await self._reader(stack, self.settings.topic("control"))
+        await kafka.read_to_end(self.control_reader, self.control_tps, self._fold_control)
+        # A short long-poll: a partition resumed while a fetch of others is in flight waits for it.
+        replies = await kafka.started(stack, kafka.new_consumer(self.settings, fetch_max_wait_ms=50, idle_wait_ms=50))
+        self.replies.attach(replies, await kafka.partitions(replies, self.settings.topic("workflow")))
+
+    async def serve(self, outboxes: dict[int, Outbox]) -> None:
+        """Decide on the owned partitions until cancelled; then stop their contexts, proven."""
+        assert self.commands is not None and self.admin is not None and self.control_reader is not None
+        commands, admin, control_reader = self.commands, self.admin, self.control_reader
+        self.outboxes = outboxes
+        log.info("workflow engine serves partitions %s: %d instances", sorted(self.owned), len(self.instances))
         try:
-            await kafka.read_to_end(control_reader, control_tps, self._fold_control)
-            starts = await self.checkpoints.restore(log_tps)  # the keys are folded: documents open
-            ends = await kafka.read_to_end(log_reader, log_tps, self._fold_log, starts=starts)
-            await log_reader.stop()  # the only writer: every later record is folded when decided
-            log.info("workflow engine rebuilt partitions %s: %d instances", sorted(self.owned), len(self.instances))
-            allocator.give_back()  # the fold's garbage, not the state it left
-            for p in sorted(self.owned):
-                self.outboxes[p] = Outbox(producers.turns_of(p), self.settings.partitions)
-                self.outboxes[p].on_idle = self.checkpoints.idle
-            self.checkpoints.rebuilt(ends)
             self.scheduler.rebuilt(self.now())
-            ready()
             # A TaskGroup: one failure (a fenced producer above all) cancels every other loop at once.
             async with asyncio.TaskGroup() as tasks:
-                for box in self.outboxes.values():
-                    tasks.create_task(box.run())
                 tasks.create_task(self.replies.run())
                 tasks.create_task(self.schedule())
                 tasks.create_task(self.intake.commit_offsets(commands, admin))
                 tasks.create_task(kafka.follow(control_reader, self._fold_control, self.scheduler.unblock))
-                tasks.create_task(self.intake.recheck(control_reader, control_tps))
+                tasks.create_task(self.intake.recheck(control_reader, self.control_tps))
                 refresh = lambda: self._refresh_metrics([commands, control_reader])  # noqa: E731
                 tasks.create_task(exporter.export(self.settings, "workflow", self.registry, refresh))
         finally:

@@ -1,7 +1,7 @@
 """The engine shell (`sumi.engines.shell`) on the real broker, once for every processor that
-stands on it: an assignment folds the partition's log before deciding, a reassignment drops the
-state of the partitions a replica lost, and a replica taking a partition over fences the one
-before (its commit fails)."""
+stands on it: an assignment folds the partition's log before deciding (the workflow engine's:
+its snapshot, then the log after it), a reassignment drops the state of the partitions a
+replica lost, and a replica taking a partition over fences the one before (its commit fails)."""
 
 import asyncio
 import json
@@ -23,7 +23,9 @@ from sumi.testing import new_settings
 from sumi.verifier import Verifier
 from sumi.verifier.service import verifier_shell
 from sumi.wire import codec, kafka
-from sumi.wire.topics import ensure_topics, partition_for
+from sumi.wire.topics import ensure_topics, instance_key, partition_for
+from sumi.workflow import commands as c
+from sumi.workflow.engine import Engine
 from tests.hostkit import committed_messages
 
 pytestmark = pytest.mark.integration
@@ -33,22 +35,27 @@ NOW = 1_700_000_000_000
 
 @dataclass(frozen=True)
 class Case:
-    """A processor on the shell: its log's history for a Space, an input whose decision needs
-    that history, and whether the decision found in the outputs used it."""
+    """A processor on the shell: its log's history for a name (keyed `key(name)`), an input
+    whose decision needs that history, and whether the decision found in the outputs used it."""
 
-    make: Callable[[Settings], tuple[Shell, Callable[[], ControlState]]]
-    seed: Callable[[str], list[r.Record]]
+    make: Callable[[Settings], tuple[Shell, Callable[[str], bool]]]  # and whether it holds a name's history
+    seed: Callable[[str], list[tuple[str, r.Record]]]  # (topic, record)
     ask: Callable[[str], r.Record]
     asked: str  # the topic the input goes to
     answers: str  # the topic its decision goes to
-    folded: Callable[[Any, str], bool | None]  # None: not this Space's answer
+    folded: Callable[[Any, str], bool | None]  # None: not this name's answer
+    key: Callable[[str], str] = lambda name: name
 
 
-def _control(settings: Settings) -> tuple[Shell, Callable[[], ControlState]]:
+def _holds(state: Callable[[], ControlState]) -> Callable[[str], bool]:
+    return lambda space: state().space_exists(space)
+
+
+def _control(settings: Settings) -> tuple[Shell, Callable[[str], bool]]:
     shell = control_shell(settings)
     logic = shell.processor
     assert isinstance(logic, ControlLogic)
-    return shell, lambda: logic.state
+    return shell, _holds(lambda: logic.state)
 
 
 def _create_again(space: str) -> r.Record:
@@ -61,14 +68,15 @@ def _refused(rec: Any, space: str) -> bool | None:
     return rec.status == 409  # the Space in the log exists: created again only by a state without it
 
 
-def _verifier(settings: Settings) -> tuple[Shell, Callable[[], ControlState]]:
+def _verifier(settings: Settings) -> tuple[Shell, Callable[[str], bool]]:
     verifier = Verifier(settings)
-    return verifier_shell(settings, verifier), lambda: verifier.control
+    return verifier_shell(settings, verifier), _holds(lambda: verifier.control)
 
 
-def _worker(space: str) -> list[r.Record]:
+def _worker(space: str) -> list[tuple[str, r.Record]]:
     spec = json.dumps({"runtime": "javascript", "handlers": []})
-    return [r.SpaceCreated(space, NOW), r.ResourceCreated(f"w-{space}", space, "w", MODULE_WORKER, spec, 1, "ow", NOW)]
+    worker = r.ResourceCreated(f"w-{space}", space, "w", MODULE_WORKER, spec, 1, "ow", NOW)
+    return [("control", r.SpaceCreated(space, NOW)), ("control", worker)]
 
 
 def _version(space: str) -> r.Record:
@@ -86,9 +94,40 @@ def _loaded(rec: Any, space: str) -> bool | None:
     return '"invalid_spec"' in rec.payload  # loaded, so its worker was known (else dependency_conflict)
 
 
+WF = "res_wf"  # no Workflow in the control log: an event is decided against the instance alone
+
+
+def _workflow(settings: Settings) -> tuple[Shell, Callable[[str], bool]]:
+    engine = Engine(settings)
+    return engine.shell, lambda name: _instance(name) in engine.instances
+
+
+def _instance(name: str) -> str:
+    return instance_key(WF, f"i-{name}")
+
+
+def _created(name: str) -> list[tuple[str, r.Record]]:
+    return [("workflow", r.InstanceCreated(WF, f"i-{name}", "demo", NOW))]
+
+
+def _event(name: str) -> r.Record:
+    return c.submitted(
+        c.SendEvent(WF, f"i-{name}", "ping"), command_id=f"c-{name}", space="demo", principal="t", now=NOW
+    )
+
+
+def _accepted(rec: Any, name: str) -> bool | None:
+    if not (isinstance(rec, r.CommandDecided) and rec.commandId == f"c-{name}"):
+        return None
+    return '"unknown_instance"' not in (rec.problem or "")  # in the log: unknown only to a state without it
+
+
 CASES = {
-    "control": Case(_control, lambda s: [r.SpaceCreated(s, NOW)], _create_again, "commands", "control", _refused),
+    "control": Case(
+        _control, lambda s: [("control", r.SpaceCreated(s, NOW))], _create_again, "commands", "control", _refused
+    ),
     "verifier": Case(_verifier, _worker, _version, "control", "commands", _loaded),
+    "workflow": Case(_workflow, _created, _event, "workflow.commands", "workflow", _accepted, _instance),
 }
 
 
@@ -99,19 +138,20 @@ async def settings(kafka_bootstrap: str, database_url: str) -> AsyncIterator[Set
     yield settings
 
 
-def _spaces(settings: Settings) -> tuple[str, str]:
-    """Two Spaces on different partitions."""
+def _names(case: Case) -> tuple[str, str]:
+    """Two names whose records go to different partitions."""
     names = [f"s{i}" for i in range(20)]
     first = names[0]
-    other = next(n for n in names if partition_for(n, 2) != partition_for(first, 2))
+    other = next(n for n in names if partition_for(case.key(n), 2) != partition_for(case.key(first), 2))
     return first, other
 
 
-async def _write(settings: Settings, topic: str, records: list[tuple[str, r.Record]]) -> None:
+async def _write(settings: Settings, records: list[tuple[str, str, r.Record]]) -> None:
+    """(topic, key, record)s."""
     producer = kafka.new_producer(settings)
     await producer.start()
     try:
-        for key, rec in records:
+        for topic, key, rec in records:
             await kafka.send(producer, settings.topic(topic), key, rec, settings.partitions)
         await producer.flush()
     finally:
@@ -155,11 +195,11 @@ async def test_a_takeover_folds_the_log_before_deciding_and_fences_the_replica_b
     # WF-46, QC-42: a replica that lost a partition commits nothing for it after; the new owner
     # decides against the fold of the partition's log, and what the old one decided is not redone.
     case = CASES[name]
-    a, b = _spaces(settings)
-    await _write(settings, "control", [(s, rec) for s in (a, b) for rec in case.seed(s)])
+    a, b = _names(case)
+    await _write(settings, [(topic, case.key(s), rec) for s in (a, b) for topic, rec in case.seed(s)])
     first, _ = case.make(settings)
     running = asyncio.create_task(first.run())
-    await _write(settings, case.asked, [(a, case.ask(a))])
+    await _write(settings, [(case.asked, case.key(a), case.ask(a))])
     assert await _answers(settings, case, a) == [True]
 
     # Cut off as a replica the group gave up on: it still holds its producers.
@@ -168,7 +208,7 @@ async def test_a_takeover_folds_the_log_before_deciding_and_fences_the_replica_b
     second, _ = case.make(settings)
     running = asyncio.create_task(second.run())
     try:
-        await _write(settings, case.asked, [(b, case.ask(b))])
+        await _write(settings, [(case.asked, case.key(b), case.ask(b))])
         assert await _answers(settings, case, b) == [True]
         assert await _answers(settings, case, a) == [True]  # committed once, not decided again
         out = kafka.Out(settings.topic("quarantine"), a, r.SpaceCreated("late", NOW))
@@ -183,7 +223,7 @@ async def test_a_takeover_folds_the_log_before_deciding_and_fences_the_replica_b
                 await producer.stop()
 
 
-SHARED = {"verifier": True, "control": False}  # control: one replica holds every partition
+SHARED = {"verifier": True, "control": False, "workflow": True}  # control: one replica holds every partition
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -191,26 +231,29 @@ async def test_a_reassignment_drops_the_state_of_the_partitions_lost(settings: S
     # WF-46, QC-42: each assignment folds afresh what it holds, so no decision is made against
     # the state of a partition another replica now decides.
     case = CASES[name]
-    a, b = _spaces(settings)
-    await _write(settings, "control", [(s, rec) for s in (a, b) for rec in case.seed(s)])
-    (first, first_state), (second, second_state) = case.make(settings), case.make(settings)
+    a, b = _names(case)
+    await _write(settings, [(topic, case.key(s), rec) for s in (a, b) for topic, rec in case.seed(s)])
+    (first, first_holds), (second, second_holds) = case.make(settings), case.make(settings)
 
-    def spaces(state: Callable[[], ControlState]) -> set[str]:
-        return {s for s in (a, b) if state().space_exists(s)}
+    def spaces(holds: Callable[[str], bool]) -> set[str]:
+        return {s for s in (a, b) if holds(s)}
 
     tasks = [asyncio.create_task(first.run())]
     try:
-        await _until("both Spaces folded", lambda: spaces(first_state) == {a, b})
+        await _until("both folded", lambda: spaces(first_holds) == {a, b})
         before = first.folds.epoch
         tasks.append(asyncio.create_task(second.run()))
-        # the listener's fold and the loop's each move the epoch on twice
-        await _until("reassigned", lambda: first.folds.epoch >= before + 4 and not first.folds.stale(first.folds.epoch))
+        # the listener's fold and the loop's each move the epoch on twice (a generation folds in a task)
+        moves = 2 if first.serves is not None else 4
+        await _until(
+            "reassigned", lambda: first.folds.epoch >= before + moves and not first.folds.stale(first.folds.epoch)
+        )
         if SHARED[name]:
-            await _until("each folds its own", lambda: len(spaces(first_state)) == len(spaces(second_state)) == 1)
-            assert spaces(first_state) | spaces(second_state) == {a, b}
+            await _until("each folds its own", lambda: len(spaces(first_holds)) == len(spaces(second_holds)) == 1)
+            assert spaces(first_holds) | spaces(second_holds) == {a, b}
         else:
             assert len(first.producers.producers) == 2 and not second.producers.producers
-            assert spaces(first_state) == {a, b} and spaces(second_state) == set()
+            assert spaces(first_holds) == {a, b} and spaces(second_holds) == set()
     finally:
         for task, shell in zip(tasks, (first, second), strict=False):
             await _stop(task, shell)
