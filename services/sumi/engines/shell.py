@@ -281,8 +281,9 @@ class Shell:
         no heartbeat while a listener runs, so a fold longer than the session lost the group."""
         self.pending = None
         if self.serves is not None:
-            self.generation = tasks.create_task(self._generation(self.serves, consumer, assigned))
-            self.generation.add_done_callback(self._ended)
+            if assigned:  # else this replica stands by, serving nothing
+                self.generation = tasks.create_task(self._generation(self.serves, consumer, assigned))
+                self.generation.add_done_callback(self._ended)
             return
         try:
             async with self.folds.refold(self.producers):

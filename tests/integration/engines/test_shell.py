@@ -4,9 +4,10 @@ its snapshot, then the log after it), a reassignment drops the state of the part
 replica lost, and a replica taking a partition over fences the one before (its commit fails)."""
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -257,3 +258,42 @@ async def test_a_reassignment_drops_the_state_of_the_partitions_lost(settings: S
     finally:
         for task, shell in zip(tasks, (first, second), strict=False):
             await _stop(task, shell)
+
+
+SNAPSHOTTED = ["workflow"]  # the processors whose changelog the shell snapshots
+
+
+async def _folded(settings: Settings, case: Case) -> Shell:
+    """A take-over's fold of both partitions, as the shell makes it; its snapshot written, if due."""
+    shell, _ = case.make(settings)
+    async with contextlib.AsyncExitStack() as stack:
+        assert shell.checkpoints is not None and shell.serves is not None
+        await shell.checkpoints.start()
+        stack.push_async_callback(shell.checkpoints.stop)
+        await shell.serves.prepare(frozenset({0, 1}), stack)
+        await shell.rebuild([0, 1])
+        store = shell.checkpoints.store
+        if store is not None:
+            await asyncio.gather(*store.writing.values())
+    return shell
+
+
+@pytest.mark.parametrize("name", SNAPSHOTTED)
+async def test_a_snapshot_and_the_log_after_it_fold_to_what_the_whole_log_folds_to(
+    settings: Settings, name: str
+) -> None:
+    # WF-46, WF-21: a take-over restores a partition's latest snapshot and folds only the log
+    # after it, and holds exactly what the fold of the whole log holds
+    case = CASES[name]
+    await _write(settings, [(t, case.key(f"s{i}"), rec) for i in range(8) for t, rec in case.seed(f"s{i}")])
+    first = await _folded(replace(settings, snapshot_records=2), case)  # due right after the fold
+    assert first.checkpoints is not None
+    snapshotted = dict(first.checkpoints.taken)
+    assert len(snapshotted) == 1 and min(snapshotted.values()) >= 2  # one partition at a time
+    await _write(settings, [(t, case.key(f"t{i}"), rec) for i in range(8) for t, rec in case.seed(f"t{i}")])
+    restored = await _folded(replace(settings, snapshot_records=1000), case)  # restores, takes none
+    assert restored.checkpoints is not None and restored.checkpoints.taken == snapshotted
+    whole = await _folded(replace(settings, snapshot_records=0), case)  # no snapshots: the whole log
+    held = [shell.processor for shell in (restored, whole)]
+    assert isinstance(held[0], Engine) and isinstance(held[1], Engine)
+    assert held[0].instances == held[1].instances and len(held[1].instances) == 16

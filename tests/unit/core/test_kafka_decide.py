@@ -83,7 +83,7 @@ class _Logic:
     def reset(self) -> None:
         self.folded = []
 
-    def fold(self, record: object) -> None:
+    def fold(self, record: object, key: str = "") -> None:
         if record == r.SpaceCreated("boom", 1):
             raise KeyError("boom")
         self.folded.append(record)
