@@ -28,6 +28,7 @@ from sumi.wire.topics import ensure_topics, instance_key, partition_for
 from sumi.workflow import commands as c
 from sumi.workflow.engine import Engine
 from tests.hostkit import committed_messages
+from tests.integration.workflow.engine_kit import engine_bench
 
 pytestmark = pytest.mark.integration
 
@@ -187,6 +188,8 @@ async def _stop(task: asyncio.Task[None], shell: Shell) -> None:
         await task
     if isinstance(shell.processor, Verifier):
         await shell.processor.close()  # its runtimes: what `serve` closes
+    if isinstance(shell.processor, Engine):
+        await shell.processor.worklogs.close()  # what `Engine.run` closes: its worker logs' shipping
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -297,3 +300,55 @@ async def test_a_snapshot_and_the_log_after_it_fold_to_what_the_whole_log_folds_
     held = [shell.processor for shell in (restored, whole)]
     assert isinstance(held[0], Engine) and isinstance(held[1], Engine)
     assert held[0].instances == held[1].instances and len(held[1].instances) == 16
+
+
+SERVING = ["workflow"]  # the processors that run contexts of the partitions they hold
+LONG = """
+export class Flow {
+  async run(event, step) {
+    await step.do('forever', async () => { await new Promise((resolve) => setTimeout(resolve, 60000)); });
+    return {};
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("name", SERVING)
+async def test_a_revocation_returns_only_once_the_contexts_of_its_partitions_have_stopped(
+    settings: Settings, name: str
+) -> None:
+    # WF-46: no context of a revoked partition runs once another replica may be given it, and
+    # the replica given it runs the instance on
+    case = CASES[name]
+    async with engine_bench(settings, in_process=False) as (bench, _):
+        wf = await bench.deploy(LONG)
+        first, _ = case.make(settings)
+        second, _ = case.make(settings)
+        engines = [first.processor, second.processor]
+        assert isinstance(engines[0], Engine) and isinstance(engines[1], Engine)
+        revoke, drained = first.revoked, []
+
+        async def noting(tps: list[Any]) -> None:
+            live = list(engines[0].runs.values())
+            await revoke(tps)
+            drained.append(
+                (len(live), all(run.task is not None and run.task.done() for run in live), len(engines[0].runs))
+            )
+
+        first.revoked = noting  # type: ignore[method-assign]
+        tasks = [asyncio.create_task(first.run())]
+        try:
+            iids = [f"i{n}" for n in range(20)]
+            other = next(
+                i for i in iids if partition_for(instance_key(wf, i), 2) != partition_for(instance_key(wf, "i0"), 2)
+            )
+            for iid in ("i0", other):
+                assert (await bench.create(iid)).status == 201
+            await _until("both running", lambda: len(engines[0].runs) == 2)
+            tasks.append(asyncio.create_task(second.run()))
+            await _until("one each", lambda: len(engines[0].runs) == len(engines[1].runs) == 1, timeout=90)
+            # both stopped, proven, before the partitions went (the revocation before any assignment had none)
+            assert [d for d in drained if d[0]] == [(2, True, 0)]
+        finally:
+            for task, shell in zip(tasks, (first, second), strict=False):
+                await _stop(task, shell)
