@@ -81,8 +81,9 @@ class Serving(Folding, Snapshotted, Protocol):
     async def prepare(self, partitions: frozenset[int], stack: contextlib.AsyncExitStack) -> None:
         """Before its changelog is folded: what else it reads and needs, kept open on `stack`."""
 
-    async def serve(self, outboxes: dict[int, Outbox]) -> None:
-        """Serve until cancelled; on cancellation stop every runtime context, proven, first."""
+    def serve(self, outboxes: dict[int, Outbox]) -> Awaitable[None]:
+        """Take the outboxes, ready to decide (before any input is handed over); the awaitable
+        serves until cancelled, and on cancellation stops every runtime context, proven, first."""
 
     def take(self, message: Any) -> None:
         """One input record of a partition being served."""
@@ -307,6 +308,7 @@ class Shell:
                 box.on_idle = self.checkpoints.idle if self.checkpoints is not None else None
             held = [tp for tp in assigned if tp in consumer.assignment()]
             await self._rewind(consumer, held)
+            serving = processor.serve(outboxes)  # no await from here until its task holds it
             self.serving = partitions
             consumer.resume(*held)
             self.ready.set()
@@ -315,7 +317,7 @@ class Shell:
             async with asyncio.TaskGroup() as tasks:
                 for box in outboxes.values():
                     tasks.create_task(box.run())
-                tasks.create_task(processor.serve(outboxes))
+                tasks.create_task(_awaited(serving))
 
     def _hand_over(self, processor: Serving, batch: dict[TopicPartition, list[Any]]) -> None:
         # A record of a partition not served (yet) was fetched before its take-over: once
@@ -358,3 +360,7 @@ class Shell:
         allocator.give_back()  # the fold's garbage, not the state it left
         if self.checkpoints is not None:
             self.checkpoints.rebuilt(ends)
+
+
+async def _awaited(work: Awaitable[None]) -> None:
+    await work

@@ -45,7 +45,7 @@ Caller Binding's call on another replica's instance goes through the commands to
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -411,14 +411,19 @@ class Engine:
         replies = await kafka.started(stack, kafka.new_consumer(self.settings, fetch_max_wait_ms=50, idle_wait_ms=50))
         self.replies.attach(replies, await kafka.partitions(replies, self.settings.topic("workflow")))
 
-    async def serve(self, outboxes: dict[int, Outbox]) -> None:
+    def serve(self, outboxes: dict[int, Outbox]) -> Awaitable[None]:
+        """Ready to decide on the owned partitions (their outboxes, their timers) now, before
+        the shell hands over any command; the awaitable serves until cancelled."""
+        self.outboxes = outboxes
+        self.scheduler.rebuilt(self.now())
+        log.info("workflow engine serves partitions %s: %d instances", sorted(self.owned), len(self.instances))
+        return self._serve()
+
+    async def _serve(self) -> None:
         """Decide on the owned partitions until cancelled; then stop their contexts, proven."""
         assert self.commands is not None and self.admin is not None and self.control_reader is not None
         commands, admin, control_reader = self.commands, self.admin, self.control_reader
-        self.outboxes = outboxes
-        log.info("workflow engine serves partitions %s: %d instances", sorted(self.owned), len(self.instances))
         try:
-            self.scheduler.rebuilt(self.now())
             # A TaskGroup: one failure (a fenced producer above all) cancels every other loop at once.
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.replies.run())
