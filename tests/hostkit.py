@@ -87,14 +87,17 @@ async def committed_log(host: Host, topic: str) -> list[Any]:
 
 
 async def committed_messages(settings: Settings, topic: str) -> list[Any]:
-    """Every committed message of one of a Host's topics up to its end now, with its partition and
-    offset, in log order per partition (read to the end offsets, not to a quiet fetch)."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, isolation_level="read_committed", enable_auto_commit=False
-    )
+    """Every committed message of one of a Host's topics up to its end now (`committed_in`)."""
+    return await committed_in(settings.kafka_bootstrap, settings.topic(topic), settings.partitions)
+
+
+async def committed_in(bootstrap: str, topic: str, partitions: int) -> list[Any]:
+    """Every committed message of a topic up to its end now, with its partition and offset, in
+    log order per partition (read to the end offsets, not to a quiet fetch)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False)
     await consumer.start()
     try:
-        tps = [TopicPartition(settings.topic(topic), p) for p in range(settings.partitions)]
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)

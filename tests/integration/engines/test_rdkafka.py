@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from sumi.engines.rdkafka import (
@@ -22,7 +22,7 @@ from sumi.engines.rdkafka import (
     consumer_conf,
     producer_conf,
 )
-from tests.hostkit import scratch_topic
+from tests.hostkit import committed_in, scratch_topic
 
 pytestmark = pytest.mark.integration
 
@@ -81,20 +81,8 @@ async def group_offsets(bootstrap: str, group: str) -> dict[int, int]:
 
 
 async def committed_values(bootstrap: str, topic: str) -> list[bytes]:
-    """What a read_committed reader finds in the topic up to its end now."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTS)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends, got = await consumer.end_offsets(tps), []
-        while [tp for tp, end in ends.items() if await consumer.position(tp) < end]:
-            for batch in (await consumer.getmany(timeout_ms=500)).values():
-                got += [m.value for m in batch]
-        return sorted(got)
-    finally:
-        await consumer.stop()
+    """What a read_committed reader finds in the topic up to its end now, sorted."""
+    return sorted(m.value for m in await committed_in(bootstrap, topic, PARTS))
 
 
 async def fill(bootstrap: str, topic: str, per_partition: int) -> None:
