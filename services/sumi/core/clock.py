@@ -20,12 +20,23 @@ def now_ms() -> int:
 async def drive(step: Callable[[], int | None], wake: asyncio.Event, max_idle_s: float | None = MAX_IDLE_S) -> NoReturn:
     """Run `step` (which does what is due and returns the next due time, or None) forever."""
     while True:
-        timeout = idle_timeout(step(), now_ms(), max_idle_s)
-        try:
-            await asyncio.wait_for(wake.wait(), timeout)
-        except TimeoutError:
-            pass
+        await woken(wake, idle_timeout(step(), now_ms(), max_idle_s))
         wake.clear()
+
+
+async def woken(wake: asyncio.Event, timeout: float | None) -> bool:
+    """Whether `wake` was set within `timeout` seconds (None: no limit).
+
+    Not `asyncio.wait_for`: on Python 3.11 it drops a cancel that lands in the loop turn the
+    event is set in (it returns the result instead), and a loop waiting so then runs on for
+    good: an engine's teardown hung on it. `asyncio.timeout` tells its own cancel from the
+    caller's."""
+    try:
+        async with asyncio.timeout(timeout):
+            await wake.wait()
+    except TimeoutError:
+        return False
+    return True
 
 
 def idle_timeout(wake_at: int | None, now: int, max_idle_s: float | None) -> float | None:

@@ -37,6 +37,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from sumi.core import clock
 from sumi.wire import kafka
 from sumi.wire.topics import partition_for
 
@@ -162,9 +163,7 @@ class Outbox:
     async def _records_put(self) -> None:
         """Until records are put; a transaction begun ahead that waits too long is aborted."""
         if self._ahead:
-            try:
-                await asyncio.wait_for(self._event.wait(), AHEAD_IDLE_S)
-            except TimeoutError:
+            if not await clock.woken(self._event, AHEAD_IDLE_S):
                 for turn in sorted(self._ahead):
                     self._ahead.discard(turn)
                     await self.producers[turn].abort_transaction()
