@@ -32,6 +32,7 @@ from sumi.workflow.rules import _decide as d
 
 SPACE = "demo"
 TERMINAL = ("complete", "errored", "terminated")
+STOP_S = 30  # an engine stops its contexts within 5 s and its Kafka clients within a few more
 
 
 def _now() -> int:
@@ -236,9 +237,35 @@ async def engine_bench(
     try:
         yield Bench(settings, producer, log), engine
     finally:
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        await producer.stop()
+        try:
+            await stopped(tasks)
+        finally:
+            async with asyncio.timeout(STOP_S):  # TimeoutError here: the bench's producer did not stop
+                await producer.stop()
+
+
+async def stopped(tasks: list["asyncio.Task[None]"]) -> None:
+    """Cancel the tasks and wait for them, bounded: one that does not end (a loop that lost its
+    cancel) fails the test at once, naming where every task still running waits, instead of
+    leaving it to hang until the suite's timeout with nothing in its stack but the event loop."""
+    for t in tasks:
+        t.cancel()
+    _, stuck = await asyncio.wait(tasks, timeout=STOP_S)
+    for t in tasks:
+        if t.done() and not t.cancelled():
+            t.exception()  # a task that failed on its cancel: retrieved, as before
+    if stuck:
+        waiting = "\n".join(w for t in asyncio.all_tasks() if not t.done() and (w := _waits_in(t)))
+        names = ", ".join(t.get_coro().__qualname__ for t in stuck)
+        raise AssertionError(f"still running {STOP_S} s after their cancel: {names}; awaiting:\n{waiting}")
+
+
+def _waits_in(task: "asyncio.Task[Any]") -> str:
+    """The task's chain of awaits, ours only (aiokafka's own loops wait in every test)."""
+    frames, at = [], task.get_coro()
+    while at is not None:
+        frame = getattr(at, "cr_frame", None) or getattr(at, "ag_frame", None)
+        if frame is not None and frame.f_globals.get("__name__", "").startswith(("sumi.", "tests.")):
+            frames.append(f"{frame.f_code.co_name} ({os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno})")
+        at = getattr(at, "cr_await", None) or getattr(at, "ag_await", None)
+    return f"  {task.get_name()}: " + " -> ".join(frames) if frames else ""
