@@ -19,6 +19,8 @@ so every figure includes the gateway, the decision's way back and the read model
   the time from that commit until a read_committed reader has the record, an acks=all
   produce, a PostgreSQL commit, and a transaction as an engine commits one (1 and 100
   records with the consumer offsets) with the broker's CPU per transaction.
+BENCH_TRANSACTIONS=partition,replica runs the Host once per way of committing (the DBOS
+figures with the last); BENCH_SETTINGS (JSON) sets any other of the Host's settings.
 Ends with a table to paste. Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
 """
 
@@ -55,6 +57,11 @@ MODE = os.environ.get("BENCH_MODE", "all")  # open | closed | all
 RATES = [float(x) for x in os.environ.get("BENCH_RATES", "10,25,50").split(",")]
 OPEN_S = float(os.environ.get("BENCH_OPEN_S", "20"))
 IDLE_S = float(os.environ.get("BENCH_IDLE_S", "5"))
+# How the engines commit (Settings.transactions), one Host after the other in the same run:
+# "partition,replica" compares a transaction per partition with one per replica.
+TRANSACTIONS = os.environ.get("BENCH_TRANSACTIONS", "partition").split(",")
+SETTINGS = json.loads(os.environ.get("BENCH_SETTINGS", "{}"))  # any other Settings field
+SUMI = "sumi/http"  # the Host's name in the figures (with its transactions when several are compared)
 _STATUS_FP = codec.encode(r.InstanceStatusChanged("w", "i", "queued", 0))[2:10]
 _DECIDED_FP = codec.encode(r.CommandDecided("c", "s", "p", "k", True, 201, 0))[2:10]
 _SUBMITTED_FP = codec.encode(r.CommandSubmitted("c", "k", "s", "p", False, "{}", 0))[2:10]
@@ -155,7 +162,7 @@ async def sumi_run(
     elapsed = await pool(n, concurrency, one)
     span = (max(starts) - min(starts)) if len(starts) > 1 else elapsed
     out = {
-        "system": f"sumi/http c={concurrency}",
+        "system": f"{SUMI} c={concurrency}",
         "instances": n,
         "creates_per_s": round(n / max(span * n / max(n - 1, 1), 1e-3), 1),
         "steps_per_s": round(n * STEPS / elapsed, 1),
@@ -405,13 +412,13 @@ async def sumi_bench(host: Host) -> tuple[list[dict[str, Any]], list[dict[str, A
         try:
             await sumi_run(people, flows_of, ends, 5, 5)  # warm-up: runtime started, JIT, connections
             parts = processes(host)
-            opened = await open_runs("sumi/http open", create, parts) if MODE in ("open", "all") else []
+            opened = await open_runs(f"{SUMI} open", create, parts) if MODE in ("open", "all") else []
             if MODE not in ("closed", "all"):
                 return [], opened
             with profiled(parts, "c=1"):
                 one = await sumi_run(people, flows_of, ends, N1, 1)
             lag = asyncio.create_task(projection_lag(host, ends))
-            with cpu_seconds(parts, "sumi c=100"), profiled(parts, "c=100"):
+            with cpu_seconds(parts, f"{SUMI} c=100"), profiled(parts, "c=100"):
                 hundred = await sumi_run(people, flows_of, ends, N100, 100)
             lag.cancel()
             print(json.dumps({"workflow projection lag (records), every 2 s": await lag_samples(lag)}), flush=True)
@@ -455,9 +462,12 @@ async def dbos_bench(host: Host) -> tuple[list[dict[str, Any]], list[dict[str, A
         return closed, opened
 
 
-async def bench(host: Host) -> None:
+async def bench(host: Host, dbos: bool = True) -> None:
     bottom = await floors(host)
     ours, ours_open = await sumi_bench(host)
+    if not dbos:
+        print(table(ours, ours_open, bottom), flush=True)
+        return
     theirs, theirs_open = await dbos_bench(host)
     for a, b in zip(ours, theirs, strict=True):
         print(
@@ -484,9 +494,12 @@ async def bench(host: Host) -> None:
 
 
 def main() -> None:
+    global SUMI
     with parts() as (kafka, db):
-        with running_host(new_settings(kafka, db)) as host:
-            asyncio.run(bench(host))
+        for n, mode in enumerate(TRANSACTIONS):
+            SUMI = f"sumi/http {mode}" if len(TRANSACTIONS) > 1 else "sumi/http"
+            with running_host(new_settings(kafka, db, **{"transactions": mode, **SETTINGS})) as host:
+                asyncio.run(bench(host, dbos=n == len(TRANSACTIONS) - 1))
 
 
 if __name__ == "__main__":

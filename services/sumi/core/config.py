@@ -30,6 +30,10 @@ class Settings:
     # The JVM options of the broker `sumi up` starts, space-separated; "" = the laptop default
     # (sumi.infra.BROKER_JVM; docs/decisions.md "The embedded broker's JVM" for larger machines).
     kafka_jvm: str = ""
+    # How an engine replica commits (docs/decisions.md, "One transaction per replica"):
+    # "partition", a Kafka transaction per partition it holds (aiokafka); "replica", one for
+    # everything ready across them (librdkafka, fenced by the group's generation).
+    transactions: str = "partition"
     launch_kafka: bool = True
     launch_postgres: bool = True
     decision_timeout: float = 10.0
@@ -144,6 +148,7 @@ class Settings:
             "kafka_port": _port(env, "SUMI_KAFKA_PORT", 9092),
             "pg_port": _port(env, "SUMI_PG_PORT", 5432),
             "kafka_jvm": env.get("SUMI_KAFKA_JVM", ""),
+            "transactions": _choice(env, "SUMI_TRANSACTIONS", ("partition", "replica")),
             "launch_kafka": "SUMI_KAFKA_BOOTSTRAP" not in env,
             "launch_postgres": "SUMI_DATABASE_URL" not in env,
             "decision_timeout": float(env.get("SUMI_DECISION_TIMEOUT", "10")),
@@ -204,6 +209,7 @@ class Settings:
             "SUMI_KAFKA_PORT": str(self.kafka_port),
             "SUMI_PG_PORT": str(self.pg_port),
             "SUMI_KAFKA_JVM": self.kafka_jvm,
+            "SUMI_TRANSACTIONS": self.transactions,
             "SUMI_DECISION_TIMEOUT": str(self.decision_timeout),
             "SUMI_WRITE_LATENCY_TARGET": str(self.write_latency_target),
             "SUMI_STATE_DIR": self.state_dir,
@@ -255,3 +261,11 @@ def _int(env: "os._Environ[str]", name: str, default: int) -> int:
         return int(text)
     except ValueError:
         raise SettingsError(f"{name}={text!r} is not an integer") from None
+
+
+def _choice(env: "os._Environ[str]", name: str, choices: tuple[str, ...]) -> str:
+    """One of `choices`, the first when unset."""
+    text = env.get(name) or choices[0]
+    if text not in choices:
+        raise SettingsError(f"{name}={text!r} is not one of {', '.join(choices)}")
+    return text

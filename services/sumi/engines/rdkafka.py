@@ -37,6 +37,7 @@ import confluent_kafka as ck
 
 log = logging.getLogger(__name__)
 
+TURNS = 2  # transactional producers a replica's transactions take turns on
 POLL_S = 0.5  # how long a poll waits for records: what a resume may wait for the next one
 Partition = tuple[str, int]  # topic, partition
 Offsets = dict[Partition, int]  # the next offset to read of each input partition
@@ -89,6 +90,7 @@ def consumer_conf(bootstrap: str, group: str, instance: str | None = None, **ext
         "partition.assignment.strategy": "range",
         "session.timeout.ms": 10_000,
         "heartbeat.interval.ms": 2_000,
+        "socket.nagle.disable": True,  # see producer_conf
         "logger": log,  # librdkafka's lines through logging, not on stderr
     }
     if instance:
@@ -106,7 +108,14 @@ def producer_conf(bootstrap: str, transactional_id: str, max_bytes: int, **extra
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 0,
+        # A transaction is a chain of small requests, each waiting for the last's answer:
+        # Nagle's algorithm held one behind the peer's delayed ACK.
+        "socket.nagle.disable": True,
         "retry.backoff.ms": 5,
+        # A replica killed inside a commit leaves its transaction open, and read_committed readers
+        # of what it wrote (the next owner's fold) wait for it to time out: no longer than the
+        # group's session, which the takeover waits for anyway.
+        "transaction.timeout.ms": 10_000,
         "message.max.bytes": max_bytes,
         "logger": log,
     }
@@ -131,6 +140,9 @@ class Member:
         self.assigned, self.revoked, self.loop = assigned, revoked, loop
         self.messages: asyncio.Queue[list[ck.Message]] = asyncio.Queue()
         self.metadata: Any = None  # the group generation this member holds its partitions under
+        # Each assigned partition's committed offset: every
+        # transaction sends at least these, so each one is checked against the generation.
+        self.positions: Offsets = {}
         self.failed: asyncio.Future[None] = loop.create_future()  # set when the poll thread ends abnormally
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._poll, name=f"rdkafka-member-{conf['group.id']}", daemon=True)
@@ -156,12 +168,18 @@ class Member:
             while not self._stopping.is_set():
                 while not self._calls.empty():
                     self._calls.get()(consumer)
-                got = consumer.consume(num_messages=self.batch, timeout=POLL_S)
+                # consume() waits for a whole batch or its timeout: a record would wait up to
+                # POLL_S for others. poll() returns at the first, and what else is in is taken.
+                first = consumer.poll(POLL_S)
+                got = [] if first is None else [first, *consumer.consume(num_messages=self.batch - 1, timeout=0)]
                 ready = []
                 for m in got:
                     err = m.error()
                     if err is None:
                         ready.append(m)
+                    elif err.fatal():  # e.g. FENCED_INSTANCE_ID: this consumer can do nothing more
+                        log.error("%s: %s (%s)", self.conf["group.id"], err.str(), err.name())
+                        raise Fenced(f"{err.name()}: {err.str()}", final=True)
                     elif err.code() != ck.KafkaError._PARTITION_EOF:
                         log.warning("%s: %s", self.conf["group.id"], err)
                 if ready:
@@ -177,6 +195,9 @@ class Member:
         consumer.assign(partitions)
         consumer.pause(partitions)  # until the engine has folded them and resumes them
         self.metadata = consumer.consumer_group_metadata()
+        # None committed yet: 0, which a restart reads as "from the log's start" wherever that is.
+        committed = consumer.committed(partitions, timeout=30) if partitions else []
+        self.positions = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
         # Not waited for: the fold may be long, and a resume asked from inside this callback
         # would wait on it.
         parts = [(tp.topic, tp.partition) for tp in partitions]
@@ -217,10 +238,21 @@ class Transactions:
     """The replica's one transactional producer; `commit` returns once its records and offsets
     are committed, in the transaction of everything handed in meanwhile."""
 
-    def __init__(self, conf: dict[str, Any], member: Member, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        conf: dict[str, Any],
+        member: Member,
+        timeout: float = 30.0,
+        offsets: Callable[[], Offsets] | None = None,
+    ) -> None:
         self.conf, self.member, self.timeout = conf, member, timeout
+        # Asked as each transaction is put together: the inputs' offsets it may commit.
+        self.offsets = offsets
         self.committed = 0  # transactions committed: what the grouping saves is counted by it
-        self._producer: ck.Producer | None = None
+        self.written: dict[Partition, int] = {}  # the last offset a committed transaction wrote, per partition
+        self.sent: Offsets = {}  # the input offsets committed so far
+        self._producers: list[ck.Producer] = []
+        self._turn = 0
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="rdkafka-txn")
         self._pending = _Pending()
         self._wake = asyncio.Event()
@@ -229,34 +261,43 @@ class Transactions:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._producer = await loop.run_in_executor(self._thread, self._init)
+        self._producers = await loop.run_in_executor(self._thread, self._init)
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self._producer is not None:
-            await asyncio.get_running_loop().run_in_executor(self._thread, self._producer.flush, 5.0)
+        for producer in self._producers:
+            await asyncio.get_running_loop().run_in_executor(self._thread, producer.flush, 5.0)
         self._thread.shutdown(wait=True)
 
     async def commit(self, records: Sequence[Record], offsets: Offsets) -> None:
         """Raises Fenced when this replica may commit no more."""
-        if self._fenced is not None:
-            raise self._fenced
+        await self.submit(records, offsets)
+
+    def submit(self, records: Sequence[Record], offsets: Offsets | None = None) -> "asyncio.Future[None]":
+        """`commit` without a coroutine: what is submitted first is written first."""
         done = asyncio.get_running_loop().create_future()
+        if self._fenced is not None:
+            done.set_exception(self._fenced)
+            return done
         pending = self._pending
         pending.records.extend(records)
-        for tp, offset in offsets.items():
+        for tp, offset in (offsets or {}).items():
             pending.offsets[tp] = max(offset, pending.offsets.get(tp, 0))
         pending.waiters.append(done)
         self._wake.set()
-        await done
+        return done
 
-    def _init(self) -> ck.Producer:
-        producer = ck.Producer(self.conf)
-        producer.init_transactions(self.timeout)  # aborts what a predecessor of this ID left open
-        return producer
+    def _init(self) -> list[ck.Producer]:
+        base = self.conf["transactional.id"]
+        producers = []
+        for turn in range(TURNS):
+            producer = ck.Producer({**self.conf, "transactional.id": f"{base}-{turn}"})
+            producer.init_transactions(self.timeout)  # aborts what a predecessor of this ID left open
+            producers.append(producer)
+        return producers
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -267,9 +308,14 @@ class Transactions:
             if not batch.waiters:
                 continue
             outcome: BaseException | None = None
+            # Taken now, on the loop: every decision handed in before this point is in this
+            # transaction or an earlier one, so the offsets cover no command left undecided.
+            offsets = {**self.offsets(), **batch.offsets} if self.offsets is not None else batch.offsets
             try:
-                await loop.run_in_executor(self._thread, self._transaction, batch.records, batch.offsets)
+                written = await loop.run_in_executor(self._thread, self._transaction, batch.records, offsets)
                 self.committed += 1
+                self.written.update(written)
+                self.sent.update(offsets)
             except Exception as exc:  # each waiter's engine decides what it means for it
                 outcome = exc
                 if isinstance(exc, Fenced) and exc.final:
@@ -281,17 +327,30 @@ class Transactions:
                     _settle(w, self._fenced)
                 return
 
-    def _transaction(self, records: list[Record], offsets: Offsets) -> None:
-        producer = self._producer
-        assert producer is not None
+    def _transaction(self, records: list[Record], offsets: Offsets) -> dict[Partition, int]:
+        # Turns: after a commit the coordinator writes its markers for a few ms and answers the
+        # same transactional ID's next AddPartitionsToTxn with CONCURRENT_TRANSACTIONS (retried
+        # after retry.backoff.ms); the other producer's ID is idle, so the next one begins at once.
+        producer = self._producers[self._turn]
+        self._turn = (self._turn + 1) % len(self._producers)
+        written: dict[Partition, int] = {}
+
+        def delivered(err: Any, msg: ck.Message) -> None:
+            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            if err is None and topic is not None and partition is not None and offset is not None:
+                written[(topic, partition)] = max(offset, written.get((topic, partition), -1))
+
         try:
             producer.begin_transaction()
             for rec in records:
-                producer.produce(rec.topic, value=rec.value, key=rec.key, partition=rec.partition)
+                producer.produce(
+                    rec.topic, value=rec.value, key=rec.key, partition=rec.partition, on_delivery=delivered
+                )
             if offsets:
                 tps = [ck.TopicPartition(t, p, o) for (t, p), o in offsets.items()]
                 producer.send_offsets_to_transaction(tps, self.member.metadata, self.timeout)
-            producer.commit_transaction(self.timeout)
+            producer.commit_transaction(self.timeout)  # flushes: every delivery report is in
+            return written
         except ck.KafkaException as exc:
             err: ck.KafkaError = exc.args[0]
             fenced = err.fatal() or err.code() in FENCING

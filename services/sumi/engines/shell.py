@@ -44,14 +44,17 @@ from typing import Any, Protocol, runtime_checkable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from sumi.core import allocator
+from sumi.core import allocator, ids
 from sumi.core.config import Settings
+from sumi.engines import rdkafka
 from sumi.engines.checkpoints import Checkpoints, Snapshotted
+from sumi.engines.replica_outbox import ReplicaOutbox
 from sumi.wire import assignors, kafka
 from sumi.wire.fencing import Folds, PartitionProducers
 from sumi.wire.kafka import Out
 from sumi.wire.membership import Membership
-from sumi.wire.outbox import Outbox
+from sumi.wire.outbox import Box, Outbox
+from sumi.wire.topics import QUARANTINE_RECORD_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +84,15 @@ class Serving(Folding, Snapshotted, Protocol):
     async def prepare(self, partitions: frozenset[int], stack: contextlib.AsyncExitStack) -> None:
         """Before its changelog is folded: what else it reads and needs, kept open on `stack`."""
 
-    def serve(self, outboxes: dict[int, Outbox]) -> Awaitable[None]:
+    def serve(self, outboxes: dict[int, Box]) -> Awaitable[None]:
         """Take the outboxes, ready to decide (before any input is handed over); the awaitable
         serves until cancelled, and on cancellation stops every runtime context, proven, first."""
 
     def take(self, message: Any) -> None:
         """One input record of a partition being served."""
+
+    def positions(self) -> dict[tuple[str, int], int]:
+        """How far the group may commit its input: never past a record not yet decided."""
 
 
 @dataclass
@@ -139,13 +145,20 @@ class Shell:
         self.quarantine = kafka.Quarantine(settings, name)
         self.ready = asyncio.Event()
         self.failed: BaseException | None = None
+        self.failing = asyncio.Event()  # set with `failed`
         self.folds = Folds()
         self.progress = Progress()
         self.start: dict[TopicPartition, int] = {}  # the committed offsets the last assignment found
         self.pending: list[TopicPartition] | None = None  # assigned, fenced, not folded yet
         self.consumer: AIOKafkaConsumer | None = None
+        self.member: rdkafka.Member | None = None  # with one transaction per replica
+        self.transactions: rdkafka.Transactions | None = None
+        self.tasks: asyncio.TaskGroup | None = None
 
     async def run(self) -> None:
+        if self.serves is not None and self.settings.transactions == "replica":
+            await self._run_replica(self.serves)
+            return
         kafka.shorten_txn_retry()  # a command's decision waits on this processor's commit
         consumer = kafka.group_member(self.settings, self.name, **self._assignor(), **self.options)
         try:  # started inside: a stop signal while they start still stops them (unstopped clients log errors)
@@ -179,6 +192,7 @@ class Shell:
 
     def _fail(self, exc: BaseException) -> None:
         self.failed = exc  # deciding on a partial fold must not happen
+        self.failing.set()
 
     async def revoked(self, tps: list[TopicPartition]) -> None:
         # Each assignment folds afresh and a revoked partition's commits are fenced by its new
@@ -303,7 +317,9 @@ class Shell:
         async with contextlib.AsyncExitStack() as stack:
             await processor.prepare(partitions, stack)
             await self.rebuild(partitions)
-            outboxes = {p: Outbox(self.producers.turns_of(p), self.settings.partitions) for p in sorted(partitions)}
+            outboxes: dict[int, Box] = {
+                p: Outbox(self.producers.turns_of(p), self.settings.partitions) for p in sorted(partitions)
+            }
             for box in outboxes.values():
                 box.on_idle = self.checkpoints.idle if self.checkpoints is not None else None
             held = [tp for tp in assigned if tp in consumer.assignment()]
@@ -360,6 +376,121 @@ class Shell:
         allocator.give_back()  # the fold's garbage, not the state it left
         if self.checkpoints is not None:
             self.checkpoints.rebuilt(ends)
+
+    # ---- one transaction per replica (librdkafka) ----------------------------------------------
+
+    async def _run_replica(self, processor: Serving) -> None:
+        """A Serving processor on `sumi.engines.rdkafka`: one group member, and one transaction
+        for everything ready across the partitions this replica serves, its input's offsets in
+        it. A replica the group went on without is fenced by its generation (KIP-447), not by a
+        transactional ID per partition."""
+        s, loop = self.settings, asyncio.get_running_loop()
+        instance = kafka.static_member(s, self.name)
+        options = {name.replace("_", "."): value for name, value in self.options.items()}  # Kafka's own names
+        conf = rdkafka.consumer_conf(s.kafka_bootstrap, self.group, instance, **options)
+        member = rdkafka.Member(conf, [self.input_topic], self._assigned_replica, self._revoked_replica, loop)
+        self.member = member
+        # A named replica's restart aborts what its predecessor left open; an unnamed one's is
+        # aborted by its timeout (`rdkafka.producer_conf`), as the group's session ends.
+        txn_id = f"{self.group}-{instance or ids.new_ulid()}"
+        self.transactions = txns = rdkafka.Transactions(
+            rdkafka.producer_conf(s.kafka_bootstrap, txn_id, QUARANTINE_RECORD_BYTES), member, offsets=self._positions
+        )
+        try:
+            await txns.start()
+            if self.checkpoints is not None:
+                await self.checkpoints.start()
+            async with asyncio.TaskGroup() as tasks:
+                self.tasks = tasks
+                member.start()
+                tasks.create_task(self._until_failed(member))
+                while True:
+                    for message in await member.messages.get():
+                        if message.partition() in self.serving:
+                            processor.take(Polled.of(message))
+        finally:
+            self.tasks = None
+            await member.stop()
+            await txns.stop()
+            if self.checkpoints is not None:
+                await self.checkpoints.stop()
+
+    async def _until_failed(self, member: rdkafka.Member) -> None:
+        """Raises once a generation has failed, or the group member has ended."""
+        failing = asyncio.ensure_future(self.failing.wait())
+        either: list[asyncio.Future[Any]] = [failing, member.failed]
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            failing.cancel()
+        if member.failed.done():
+            raise RuntimeError(f"{self.name}: the group member ended") from member.failed.exception()
+        raise RuntimeError(f"{self.name}: serving failed") from self.failed
+
+    def committed_offsets(self) -> dict[tuple[str, int], int]:
+        """The input offsets this replica's transactions have committed (one per replica)."""
+        return dict(self.transactions.sent) if self.transactions is not None else {}
+
+    def _positions(self) -> dict[tuple[str, int], int]:
+        """The offsets every transaction commits: at least each held partition's, so each one
+        is checked against the generation, and the processor's progress past them."""
+        assert self.member is not None and self.serves is not None
+        held = self.member.positions
+        moved = {tp: o for tp, o in self.serves.positions().items() if tp in held}
+        return {**held, **moved}
+
+    async def _assigned_replica(self, parts: list[rdkafka.Partition]) -> None:
+        assert self.serves is not None
+        async with self.folds.refold(self.producers):  # no producer here: marks the new fold
+            self.processor.reset()
+        if parts and self.tasks is not None:
+            self.generation = self.tasks.create_task(self._generation_replica(self.serves, parts))
+            self.generation.add_done_callback(self._ended)
+
+    async def _revoked_replica(self, parts: list[rdkafka.Partition]) -> None:
+        await self.revoked([])
+        if self.member is not None:  # polled before the revocation: the next owner reads them
+            while not self.member.messages.empty():
+                self.member.messages.get_nowait()
+
+    async def _generation_replica(self, processor: Serving, parts: list[rdkafka.Partition]) -> None:
+        assert self.member is not None
+        partitions = frozenset(p for _, p in parts)
+        assert self.transactions is not None
+        box = ReplicaOutbox(self.transactions, self.settings.partitions)
+        box.on_idle = self.checkpoints.idle if self.checkpoints is not None else None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                await processor.prepare(partitions, stack)
+                await self.rebuild(partitions)
+                serving = processor.serve(dict.fromkeys(sorted(partitions), box))
+                self.serving = partitions
+                self.member.resume(parts)
+                self.ready.set()
+                log.info("%s serves partitions %s", self.name, sorted(partitions))
+                async with asyncio.TaskGroup() as tasks:
+                    tasks.create_task(box.run())
+                    tasks.create_task(_awaited(serving))
+        finally:
+            # What the generation decided while it stopped commits before the partitions go;
+            # nothing after (a put now fails).
+            await box.idle()
+            box.close()
+
+
+@dataclass(frozen=True)
+class Polled:
+    """A librdkafka message as the processors read aiokafka's: attributes, not calls."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+    @classmethod
+    def of(cls, m: Any) -> "Polled":
+        return cls(m.topic(), m.partition(), m.offset(), m.key(), m.value())
 
 
 async def _awaited(work: Awaitable[None]) -> None:

@@ -33,7 +33,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
@@ -58,7 +58,7 @@ def end_process_on_failure(grace_s: float) -> None:
     _ENDING_GRACE_S = grace_s
 
 
-def _end_soon() -> None:
+def end_soon() -> None:
     if _ENDING_GRACE_S is not None:
         asyncio.get_running_loop().call_later(_ENDING_GRACE_S, _exit)
 
@@ -66,6 +66,23 @@ def _end_soon() -> None:
 def _exit() -> None:
     log.error("the outbox failed and closing did not end the process; exiting (the log is the state)")
     os._exit(EXIT_OUTBOX_FAILED)
+
+
+class Box(Protocol):
+    """What a processor decides on: `Outbox`, or one replica's shared transaction
+    (`sumi.engines.replica_outbox`)."""
+
+    failed: BaseException | None
+    on_idle: Callable[[dict[tuple[str, int], int]], None] | None
+
+    @property
+    def busy(self) -> bool: ...
+
+    def put(self, outs: list[tuple[str, str, Any]]) -> "asyncio.Future[None]": ...
+
+    async def idle(self) -> None: ...
+
+    async def run(self) -> None: ...
 
 
 class Outbox:
@@ -146,7 +163,7 @@ class Outbox:
             except BaseException as exc:
                 self.failed = exc
                 if not isinstance(exc, asyncio.CancelledError):  # a stop is not a failure
-                    _end_soon()
+                    end_soon()
                 for fut in waiters + self._waiters:
                     if not fut.done():
                         fut.set_exception(RuntimeError(f"commit failed: {exc!r}"))

@@ -66,7 +66,7 @@ from sumi.engines.shell import Shell
 from sumi.engines.worklogs import WorkerLogs
 from sumi.runtime.types import Runtime, WorkflowOutcome
 from sumi.wire import kafka
-from sumi.wire.outbox import Outbox
+from sumi.wire.outbox import Box
 from sumi.wire.topics import instance_key, partition_for
 from sumi.workflow import commands as c
 from sumi.workflow._bindings import Bindings
@@ -146,7 +146,7 @@ class Engine:
         self.checkpoints = Checkpoints(self.settings, self)
         self.deletes = Deletes(self)
         self.counts = CountReports(self)
-        self.outboxes: dict[int, Outbox] = {}  # one per owned partition, on its fenced producers
+        self.outboxes: dict[int, Box] = {}  # one per owned partition, on its fenced producers
         self.runtimes = Runtimes(self.settings)  # one per kind
         self._last_observe = 0
         self.closing = False
@@ -198,7 +198,7 @@ class Engine:
                 outs.append((self.settings.topic("workflow"), key, rec))
         return box.put(outs)
 
-    def _outbox_of(self, key: str, to_log: bool) -> Outbox:
+    def _outbox_of(self, key: str, to_log: bool) -> Box:
         """The outbox of the key's partition. Records for other topics only (the control plane's
         commands, a queue's messages) may go through any partition's: its producer is fenced
         all the same. Deciding on another replica's instance is a fault, caught before the fold."""
@@ -387,6 +387,9 @@ class Engine:
         self.intake.take(message)
         self.scheduler.wake.set()
 
+    def positions(self) -> dict[tuple[str, int], int]:
+        return dict(self.intake.offsets())
+
     async def _reader(
         self, stack: contextlib.AsyncExitStack, topic: str
     ) -> tuple[AIOKafkaConsumer, list[TopicPartition]]:
@@ -411,7 +414,7 @@ class Engine:
         replies = await kafka.started(stack, kafka.new_consumer(self.settings, fetch_max_wait_ms=50, idle_wait_ms=50))
         self.replies.attach(replies, await kafka.partitions(replies, self.settings.topic("workflow")))
 
-    def serve(self, outboxes: dict[int, Outbox]) -> Awaitable[None]:
+    def serve(self, outboxes: dict[int, Box]) -> Awaitable[None]:
         """Ready to decide on the owned partitions (their outboxes, their timers) now, before
         the shell hands over any command; the awaitable serves until cancelled."""
         self.outboxes = outboxes
@@ -421,17 +424,21 @@ class Engine:
 
     async def _serve(self) -> None:
         """Decide on the owned partitions until cancelled; then stop their contexts, proven."""
-        assert self.commands is not None and self.admin is not None and self.control_reader is not None
+        assert self.admin is not None and self.control_reader is not None
         commands, admin, control_reader = self.commands, self.admin, self.control_reader
         try:
             # A TaskGroup: one failure (a fenced producer above all) cancels every other loop at once.
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.replies.run())
                 tasks.create_task(self.schedule())
-                tasks.create_task(self.intake.commit_offsets(commands, admin))
+                if commands is not None:
+                    tasks.create_task(self.intake.commit_offsets(commands, admin))
+                else:  # one transaction per replica: the offsets commit with the decisions
+                    tasks.create_task(self.intake.delete_decided(admin, self.shell.committed_offsets))
                 tasks.create_task(kafka.follow(control_reader, self._fold_control, self.scheduler.unblock))
                 tasks.create_task(self.intake.recheck(control_reader, self.control_tps))
-                refresh = lambda: self._refresh_metrics([commands, control_reader])  # noqa: E731
+                readers = [control_reader] if commands is None else [commands, control_reader]
+                refresh = lambda: self._refresh_metrics(readers)  # noqa: E731
                 tasks.create_task(exporter.export(self.settings, "workflow", self.registry, refresh))
         finally:
             self.closing = True
