@@ -23,9 +23,13 @@ beside its changelog (`prepare`), the changelog's fold (its latest snapshots res
 `sumi.engines.checkpoints`, and only the log after them folded), an outbox per partition on the
 partition's fenced producers, then its input records (`take`) and `serve` until the partitions
 are revoked. A revocation returns only once the generation has ended, its runtime contexts
-proven stopped: Kafka hands the partitions on only after that, so no context of them runs
-while another replica runs the same instance. Such a processor decides on its outboxes and
-commits its input's progress itself (a decision may wait on a context's stop).
+proven stopped, and what its stop decided committed: Kafka hands the partitions on only after
+that, so no context of them runs while another replica runs the same instance. Such a processor
+decides on its outboxes and commits its input's progress itself (a decision may wait on a
+context's stop). One whose changelog is its input, appended to by others too (the queue
+engine's log), is handed the fold's records by `take` as well, before `serve`, and then each
+later record once, from the fold's end on (its group offsets mean nothing); its snapshots cover
+only what it has read (`sumi.engines.checkpoints`).
 
 An input record that does not decode, or whose handling raises, is quarantined in that same
 transaction and the processor goes on with the next one. A bad record in the changelog is
@@ -89,7 +93,8 @@ class Serving(Folding, Snapshotted, Protocol):
         serves until cancelled, and on cancellation stops every runtime context, proven, first."""
 
     def take(self, message: Any) -> None:
-        """One input record of a partition being served."""
+        """One input record of a partition being served (of its changelog's fold too, before
+        `serve`, for a processor whose changelog is its input)."""
 
     def positions(self) -> dict[tuple[str, int], int]:
         """How far the group may commit its input: never past a record not yet decided."""
@@ -126,6 +131,7 @@ class Shell:
         self.input_topic = input_topic
         # None: the input is its own changelog, folded from its beginning at each assignment.
         self.changelog_topic = changelog_topic
+        self.own_log = changelog_topic == input_topic  # a Serving processor's: others append to it too
         self.processor = processor
         self.serves = processor if isinstance(processor, Serving) else None
         self.decides = None if isinstance(processor, Serving) else processor
@@ -135,7 +141,7 @@ class Shell:
         # The changelog's snapshots (`snapshots`: the engine whose snapshot topic they are on),
         # taken when the outboxes are idle: a Serving processor's.
         self.checkpoints = (
-            Checkpoints(settings, snapshots, changelog_topic, self.serves)
+            Checkpoints(settings, snapshots, changelog_topic, self.serves, shared=self.own_log)
             if snapshots is not None and changelog_topic is not None and self.serves is not None
             else None
         )
@@ -148,7 +154,8 @@ class Shell:
         self.failing = asyncio.Event()  # set with `failed`
         self.folds = Folds()
         self.progress = Progress()
-        self.start: dict[TopicPartition, int] = {}  # the committed offsets the last assignment found
+        # The committed offsets the last assignment found (its own log's: the next offset to take).
+        self.start: dict[TopicPartition, int] = {}
         self.pending: list[TopicPartition] | None = None  # assigned, fenced, not folded yet
         self.consumer: AIOKafkaConsumer | None = None
         self.member: rdkafka.Member | None = None  # with one transaction per replica
@@ -156,7 +163,8 @@ class Shell:
         self.tasks: asyncio.TaskGroup | None = None
 
     async def run(self) -> None:
-        if self.serves is not None and self.settings.transactions == "replica":
+        # Its own log is read on from the fold's end, which only a transaction per partition does.
+        if self.serves is not None and self.settings.transactions == "replica" and not self.own_log:
             await self._run_replica(self.serves)
             return
         kafka.shorten_txn_retry()  # a command's decision waits on this processor's commit
@@ -322,6 +330,8 @@ class Shell:
             }
             for box in outboxes.values():
                 box.on_idle = self.checkpoints.idle if self.checkpoints is not None else None
+            if self.checkpoints is not None:
+                stack.callback(self.checkpoints.watch(list(outboxes.values())))
             held = [tp for tp in assigned if tp in consumer.assignment()]
             await self._rewind(consumer, held)
             serving = processor.serve(outboxes)  # no await from here until its task holds it
@@ -333,15 +343,26 @@ class Shell:
             async with asyncio.TaskGroup() as tasks:
                 for box in outboxes.values():
                     tasks.create_task(box.run())
-                tasks.create_task(_awaited(serving))
+                try:
+                    await serving
+                finally:  # what its stop decided (a queue batch's end) commits before the partitions go
+                    for box in outboxes.values():
+                        await box.idle()
 
     def _hand_over(self, processor: Serving, batch: dict[TopicPartition, list[Any]]) -> None:
         # A record of a partition not served (yet) was fetched before its take-over: once
         # served, it is read again from the committed offset.
         for tp, messages in batch.items():
-            if tp.partition in self.serving:
-                for message in messages:
-                    processor.take(message)
+            if tp.partition not in self.serving:
+                continue
+            for message in messages:
+                if self.own_log:  # each once, from the fold's end on
+                    if message.offset < self.start[tp]:
+                        continue
+                    self.start[tp] = message.offset + 1
+                processor.take(message)
+            if self.own_log and self.checkpoints is not None:
+                self.checkpoints.read(tp.partition, self.start[tp])
 
     async def _rewind(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> None:
         """Read on from where the last assignment's fold left these partitions."""
@@ -357,6 +378,13 @@ class Shell:
         key = message.key.decode() if message.key else ""
         kafka.fold_or_skip(self.name, message, lambda record: self.processor.fold(record, key))
 
+    def _fold_own(self, message: Any, before_end: bool) -> None:
+        # Its records carry their positions into the fold (the queue engine reads bodies back by
+        # them); what lies past the end is taken when the input is read on from there.
+        if before_end:
+            assert self.serves is not None
+            self.serves.take(message)
+
     async def rebuild(self, partitions: Iterable[int]) -> None:
         """Fold the changelog partitions to their ends before deciding anything new: after
         their latest snapshots, where there are any."""
@@ -369,10 +397,12 @@ class Shell:
         reader = kafka.new_consumer(self.settings, max_partition_fetch_bytes=4 << 20)
         try:
             await reader.start()
-            ends = await kafka.read_to_end(reader, tps, self.fold, starts=starts)
+            ends = await kafka.read_to_end(reader, tps, self._fold_own if self.own_log else self.fold, starts=starts)
             log.info("%s rebuilt %d partitions up to %s", self.name, len(tps), ends)
         finally:
             await reader.stop()
+        if self.own_log:
+            self.start.update(ends)  # the input is taken on from here
         allocator.give_back()  # the fold's garbage, not the state it left
         if self.checkpoints is not None:
             self.checkpoints.rebuilt(ends)

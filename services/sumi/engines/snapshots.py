@@ -8,7 +8,7 @@ latest header and the chunks nobody tombstoned, so the partition stays about one
 
 Why it needs no transaction: a snapshot is the fold of a log prefix, which never changes, so
 it is right whoever writes it and whenever; the engine takes it only at a moment its state is
-that fold (sumi.engines.partitions). A writer that dies half-way leaves chunks and no header:
+that fold (sumi.engines.checkpoints). A writer that dies half-way leaves chunks and no header:
 the header before them still names a whole snapshot, and the next start tombstones the
 strays it finds after that header. Whatever cannot be read (a missing chunk, an unknown
 schema) means no snapshot: the engine folds the partition from its start, as without one.

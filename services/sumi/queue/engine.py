@@ -2,15 +2,16 @@
 
 Plumbing around the pure core (`_state`, `_decide`, `_batching`):
 - The queue log (topic `queue`, keyed by queue UID) is the engine's input and its
-  changelog at once. Replicas of the engine share its partitions through a consumer
-  group (`sumi.engines.partitions`): for each partition it is given, a replica fences
-  the previous owner with the partition's transactional producer, folds the partition
-  from the beginning up to the end offsets it found (read_committed), then keeps
-  reading: records beyond those ends are either new `MessageAccepted` (folded: the
-  gateway's, or another replica's dead letters and binding sends) or its own records
-  (already folded when decided, skipped unread). Every decision about a queue commits
-  through the outbox of the queue's partition, so a fenced replica commits nothing.
-- The control log is read the same way, as a global table (no group).
+  changelog at once. Replicas of the engine share its partitions through the engine shell
+  (`sumi.engines.shell`, a `Serving` processor of its own log): for each assignment a
+  replica fences the previous owners with the partitions' transactional producers, restores
+  their latest snapshots and folds them from there up to the end offsets it found
+  (read_committed), then is handed each record after those ends once: either a new
+  `MessageAccepted` (folded: the gateway's, or another replica's dead letters and binding
+  sends) or its own record (already folded when decided, skipped unread). Every decision
+  about a queue commits through the outbox of the queue's partition, so a fenced replica
+  commits nothing.
+- The control log is read as a global table (no group), before any partition is taken.
 - A record in either log that is no record of ours, or that a fold refuses, is
   skipped (logged): the projections of both topics quarantine and count it.
 - Every decision is folded at once and committed through the outbox; a batch
@@ -28,7 +29,8 @@ Plumbing around the pure core (`_state`, `_decide`, `_batching`):
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -43,8 +45,8 @@ from sumi.core.config import Settings
 from sumi.core.problems import Problem
 from sumi.engines import exporter
 from sumi.engines.metrics import PlumbingMetrics
-from sumi.engines.partitions import Partitions
 from sumi.engines.runtimes import Runtimes
+from sumi.engines.shell import Shell
 from sumi.engines.worklogs import WorkerLogs
 from sumi.queue._contexts import ContextPool, Key
 from sumi.queue._metrics import QueueMetrics
@@ -58,6 +60,8 @@ from sumi.queue.rules._state import ENGINE_RECORDS, EngineState, evolve
 from sumi.runtime.types import Runtime
 from sumi.wire import codec, kafka
 from sumi.wire.bodies import BodyReader
+from sumi.wire.outbox import Box
+from sumi.wire.topics import partition_for
 
 log = logging.getLogger("sumi.queue")
 SWEEP_MS = 1000
@@ -83,8 +87,19 @@ class Engine:
         self.reconciling: set[str] = set()
         self._restarting: asyncio.Future[None] | None = None
         self.wake = asyncio.Event()
-        self.partitions = Partitions(settings, "queue-engine", settings.topic("queue"), self, snapshots="queue")
-        self.live = False
+        self.owned = frozenset[int]()  # the partitions served: decided here, until their drain
+        self.outboxes: dict[int, Box] = {}  # one per held partition, on its fenced producers
+        queue = settings.topic("queue")
+        self.shell = Shell(
+            settings,
+            "queue-engine",
+            queue,
+            self,
+            changelog_topic=queue,
+            turns=2,
+            snapshots="queue",
+            max_partition_fetch_bytes=4 << 20,
+        )
         self._next_sweep: int | None = 0  # when the retention sweep is due; None: no message to expire
         self.runtimes = Runtimes(settings)  # one per kind
         self.contexts = ContextPool(on_stopped=self.wake.set)
@@ -99,7 +114,7 @@ class Engine:
         """Fold the engine's own records now and commit everything in order, in one transaction
         of the partition of queue `via` (the queue decided about; a dead letter or a binding's
         send goes to another queue, maybe another replica's, which folds it when it reads it)."""
-        outbox = self.partitions.outbox(via)
+        outbox = self.outboxes.get(self.of(via))
         if outbox is None:  # lost in a rebalance meanwhile: its new owner decides again
             lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             lost.set_exception(RuntimeError(f"queue {via} is not this replica's"))
@@ -108,7 +123,7 @@ class Engine:
         outs = []
         for rec in records:
             self.metrics.observe(rec, self._space_of)
-            if isinstance(rec, ENGINE_RECORDS) and self.partitions.owns(rec.queueUid):
+            if isinstance(rec, ENGINE_RECORDS) and self.owns(rec.queueUid):
                 evolve(self.state, rec)
             if isinstance(rec, r.CommandSubmitted):
                 outs.append((self.settings.topic("commands"), rec.space, rec))
@@ -125,13 +140,19 @@ class Engine:
         space = self.control.state.space_of(queue_uid)
         return space.name if space is not None else ""
 
+    def of(self, queue_uid: str) -> int:
+        return partition_for(queue_uid, self.settings.partitions)
+
+    def owns(self, queue_uid: str) -> bool:
+        return self.of(queue_uid) in self.owned
+
     def consumer(self, uid: str) -> Consumer | None:
         return self.control.consumer(uid)
 
     def servable(self, key: Key) -> bool:
         """Whether a warm context of (Consumer, Version) may serve another batch."""
         c = self.consumer(key[0])
-        if c is None or c.state not in LIVE or not self.partitions.owns(c.queue):
+        if c is None or c.state not in LIVE or not self.owns(c.queue):
             return False
         return any(v == key[1] for v, _ in self.control.allocation(c.worker))
 
@@ -152,7 +173,7 @@ class Engine:
         if self._next_sweep is not None:
             wake.append(self._next_sweep)
         for c in self.control.consumers():
-            if not self.partitions.owns(c.queue):
+            if not self.owns(c.queue):
                 continue  # another replica's
             if c.state == "deleting":
                 self._stop_boundary(c)
@@ -349,20 +370,28 @@ class Engine:
         await kafka.started(stack, consumer)
         return consumer, await kafka.partitions(consumer, topic)
 
-    def fold(self, m: Any, rebuilding: bool) -> None:
-        # Past the rebuild, only appends by others are new; the rest was folded when decided.
-        # A record that is no record of ours is skipped (the queue projection quarantines it).
+    def take(self, m: Any) -> None:
+        """A record of the log: of a take-over's fold (its partition not served yet), or read
+        after it. Past the fold only appends by others are new; the rest was folded when
+        decided. A record that is no record of ours is skipped (the queue projection
+        quarantines it)."""
+        rebuilding = m.partition not in self.owned
         if rebuilding or (m.value is not None and m.value[2:10] == _ACCEPTED_FP):
             at = (m.partition, m.offset)  # where a MessageAccepted's body can be read back
             kafka.fold_or_skip("queue-engine", m, lambda record: evolve(self.state, record, at))
             if not rebuilding:
                 self._sweep_soon()
+                self.wake.set()
+
+    def fold(self, record: Any, key: str) -> None:
+        """A record without its position: the shell hands this log's records to `take`."""
+        evolve(self.state, record)
 
     def _fold_control(self, m: Any, rebuilding: bool = False) -> None:
         kafka.fold_or_skip("queue-engine", m, self.control.fold)
         self._sweep_soon()
 
-    # ---- the partitions this replica owns (sumi.engines.partitions) ---------------------------
+    # ---- the partitions this replica serves (sumi.engines.shell) ------------------------------
 
     def _new_state(self) -> EngineState:
         budget = BodyBudget(self.settings.queue_body_budget_bytes)
@@ -373,15 +402,40 @@ class Engine:
         )
 
     def reset(self) -> None:
+        self.owned, self.outboxes = frozenset(), {}
         self.state = self._new_state()
         self._next_sweep = 0
         self.windows.clear()
         self.observed_sent.clear()
 
+    async def prepare(self, partitions: frozenset[int], stack: contextlib.AsyncExitStack) -> None:
+        """Nothing to read per assignment: the control log is the engine's, read before any."""
+
+    def serve(self, outboxes: dict[int, Box]) -> Awaitable[None]:
+        """The partitions are folded: what their log shows open was abandoned (`_recover`);
+        decide on them until the revocation, then drain them."""
+        self.outboxes, self.owned = outboxes, frozenset(outboxes)
+        log.info("queue engine took over: %d queues, %d open batches", len(self.state.queues), len(self.state.batches))
+        self._recover()
+        self._next_sweep = 0
+        self.wake.set()
+        return self._serve()
+
+    def positions(self) -> dict[tuple[str, int], int]:
+        """None: its group commits no offsets, its log is read on from each take-over's fold."""
+        return {}
+
+    async def _serve(self) -> None:
+        try:
+            await self.schedule()
+        finally:
+            await self.drain()
+
     async def drain(self) -> None:
-        """Before the partitions go to another replica: every handler stopped, its end committed.
-        A handler that does not stop in time is stopped the certain way, with its runtime."""
-        self.live = False
+        """Before the partitions go to another replica: every handler stopped, its end committed
+        (the shell waits for the outboxes). A handler that does not stop in time is stopped the
+        certain way, with its runtime."""
+        self.owned = frozenset()  # nothing more is delivered here
         runs = list(self.runs.values())
         for run in runs:
             run.stop()
@@ -394,51 +448,43 @@ class Engine:
         self.contexts.retire(self.servable)  # nothing is servable here any more
 
     def capture(self, partition: int, snapshot_id: str) -> tuple[Iterable[r.Record], int]:
-        return snapshot.capture(self.state, lambda uid: self.partitions.of(uid) == partition, snapshot_id)
+        return snapshot.capture(self.state, lambda uid: self.of(uid) == partition, snapshot_id)
 
-    def restore(self, partition: int, chunks: list[r.Record]) -> None:
-        if not all(isinstance(c, r.QueueSnapshotChunk) for c in chunks):
-            raise ValueError("not a queue engine's snapshot")
-        snapshot.restore(self.state, partition, [c for c in chunks if isinstance(c, r.QueueSnapshotChunk)])
-
-    def adopted(self) -> None:
-        log.info("queue engine took over: %d queues, %d open batches", len(self.state.queues), len(self.state.batches))
-        self._recover()
-        self._next_sweep = 0
-        self.live = True
-        self.wake.set()
+    async def restore(self, partition: int, chunks: list[r.Record]) -> None:
+        """Into a state of its own first: one that is no snapshot leaves the engine's unchanged."""
+        restored = replace(self.state, queues={}, batches={})  # the same body budget
+        for chunk in chunks:  # a chunk at a time: the loop (heartbeats) goes on between
+            if not isinstance(chunk, r.QueueSnapshotChunk):
+                raise ValueError("not a queue engine's snapshot")
+            snapshot.restore(restored, partition, [chunk])
+            await asyncio.sleep(0)
+        self.state.queues.update(restored.queues)
+        self.state.batches.update(restored.batches)
 
     async def run(self) -> None:
         kafka.shorten_txn_retry()
         # The clients stop however the engine ends, a stop signal while it starts included.
         async with contextlib.AsyncExitStack() as stack:
-            stack.push_async_callback(self.partitions.close)
             control_reader, control_tps = await self._reader(stack, self.settings.topic("control"))
             bodies = await kafka.started(stack, kafka.new_consumer(self.settings, max_partition_fetch_bytes=1 << 20))
             self.body_reader = BodyReader(bodies, self.settings.topic("queue"))
             await kafka.read_to_end(control_reader, control_tps, self._fold_control)  # before any decision
-            member = self.partitions.consumer(max_partition_fetch_bytes=4 << 20)
-            await kafka.started(stack, member)
-            self.partitions.subscribe()
             try:
                 async with asyncio.TaskGroup() as loops:  # one loop failing ends them all: the engine ends
-                    loops.create_task(self.partitions.follow(self.wake.set))
-                    loops.create_task(self.schedule())
+                    loops.create_task(self.shell.run())
                     loops.create_task(kafka.follow(control_reader, self._fold_control, self.wake.set))
                     loops.create_task(self.workflows.run())
-                    loops.create_task(
-                        exporter.export(
-                            self.settings,
-                            "queue",
-                            self.registry,
-                            lambda: self.plumbing.refresh(self.runtimes, [member, control_reader]),
-                        )
-                    )
+                    refresh = lambda: self._refresh_metrics(control_reader)  # noqa: E731
+                    loops.create_task(exporter.export(self.settings, "queue", self.registry, refresh))
             finally:
                 for run in list(self.runs.values()):
                     run.stop()
                 await self.runtimes.close()
                 await self.worklogs.close()
+
+    async def _refresh_metrics(self, control_reader: AIOKafkaConsumer) -> None:
+        member = self.shell.consumer  # once the shell runs
+        await self.plumbing.refresh(self.runtimes, [control_reader] if member is None else [member, control_reader])
 
     def _recover(self) -> None:
         """Every batch still open in the log was abandoned by an earlier engine."""
