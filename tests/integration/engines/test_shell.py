@@ -1,11 +1,14 @@
 """The engine shell (`sumi.engines.shell`) on the real broker, once for every processor that
-stands on it: an assignment folds the partition's log before deciding (the workflow engine's:
-its snapshot, then the log after it), a reassignment drops the state of the partitions a
-replica lost, and a replica taking a partition over fences the one before (its commit fails)."""
+stands on it: an assignment folds the partition's log before deciding (the workflow and queue
+engines': its snapshot, then the log after it), a reassignment drops the state of the
+partitions a replica lost, and a replica taking a partition over fences the one before (its
+commit fails)."""
 
 import asyncio
 import contextlib
 import json
+import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -13,7 +16,7 @@ from typing import Any
 import pytest
 from aiokafka.errors import ProducerFenced
 
-from sumi.control.rules.forms.names import MODULE_WORKER, WORKER_VERSION
+from sumi.control.rules.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER, WORKER_VERSION
 from sumi.control.rules.state import ControlState
 from sumi.control.service import ControlLogic, control_shell
 from sumi.core import records as r
@@ -21,15 +24,18 @@ from sumi.core.commands import SpaceCreate, submitted
 from sumi.core.config import Settings
 from sumi.engines import rdkafka
 from sumi.engines.shell import Shell
+from sumi.queue.engine import Engine as QueueEngine
 from sumi.testing import new_settings
 from sumi.verifier import Verifier
 from sumi.verifier.service import verifier_shell
 from sumi.wire import codec, kafka
 from sumi.wire.topics import ensure_topics, instance_key, partition_for
 from sumi.workflow import commands as c
+from sumi.workflow.client import WorkflowClient
 from sumi.workflow.engine import Engine
 from tests.hostkit import committed_messages
-from tests.integration.workflow.engine_kit import engine_bench
+from tests.integration.workflow.engine_kit import SPACE, engine_bench
+from tests.unit.queue.test_snapshot import view
 
 pytestmark = pytest.mark.integration
 
@@ -130,6 +136,26 @@ def _accepted(rec: Any, name: str) -> bool | None:
     return '"unknown_instance"' not in (rec.problem or "")  # in the log: unknown only to a state without it
 
 
+def _queue(settings: Settings) -> tuple[Shell, Callable[[str], bool]]:
+    engine = QueueEngine(settings, workflows=None)  # type: ignore[arg-type]  # no handler runs here
+    return engine.shell, lambda name: f"q-{name}" in engine.state.queues
+
+
+def _accepted_message(name: str) -> list[tuple[str, r.Record]]:
+    return [("queue", r.MessageAccepted(f"q-{name}", "demo", f"m-{name}", b"x", NOW, NOW))]
+
+
+def _delivered(name: str) -> r.Record:
+    """A batch an engine before delivered and never ended: the next take-over's fold ends it."""
+    return r.BatchDelivered(f"q-{name}", f"c-{name}", f"b-{name}", (f"m-{name}",), (1,), "v", NOW)
+
+
+def _abandoned(rec: Any, name: str) -> bool | None:
+    if not (isinstance(rec, r.BatchEnded) and rec.batchId == f"b-{name}"):
+        return None
+    return rec.outcome == "abandoned"  # QC-43: only a fold that holds the batch ends it
+
+
 CASES = {
     "control": Case(
         _control, lambda s: [("control", r.SpaceCreated(s, NOW))], _create_again, "commands", "control", _refused
@@ -139,6 +165,7 @@ CASES = {
     "workflow/replica": Case(
         _workflow_replica, _created, _event, "workflow.commands", "workflow", _accepted, _instance
     ),
+    "queue": Case(_queue, _accepted_message, _delivered, "queue", "queue", _abandoned, lambda name: f"q-{name}"),
 }
 
 
@@ -197,7 +224,7 @@ async def _stop(task: asyncio.Task[None], shell: Shell) -> None:
         await task
     if isinstance(shell.processor, Verifier):
         await shell.processor.close()  # its runtimes: what `serve` closes
-    if isinstance(shell.processor, Engine):
+    if isinstance(shell.processor, Engine | QueueEngine):
         await shell.processor.worklogs.close()  # what `Engine.run` closes: its worker logs' shipping
 
 
@@ -205,23 +232,25 @@ async def _stop(task: asyncio.Task[None], shell: Shell) -> None:
 async def test_a_takeover_folds_the_log_before_deciding_and_fences_the_replica_before(
     settings: Settings, name: str
 ) -> None:
-    # WF-46, QC-42: a replica that lost a partition commits nothing for it after; the new owner
-    # decides against the fold of the partition's log, and what the old one decided is not redone.
+    # WF-46, QC-42, QC-43: a replica that lost a partition commits nothing for it after; the new
+    # owner decides against the fold of the partition's log, and what the old one decided is not
+    # redone (the queue engine's: a batch it ended as abandoned is not ended again).
     case = CASES[name]
     a, b = _names(case)
     await _write(settings, [(topic, case.key(s), rec) for s in (a, b) for topic, rec in case.seed(s)])
+    # Asked before the run: the queue engine takes what its own log held at the take-over for its own.
+    await _write(settings, [(case.asked, case.key(a), case.ask(a))])
     first, _ = case.make(settings)
     running = asyncio.create_task(first.run())
-    await _write(settings, [(case.asked, case.key(a), case.ask(a))])
     assert await _answers(settings, case, a) == [True]
 
     # Cut off as a replica the group gave up on: it still holds its producers.
     orphans, first.producers.producers = first.producers.producers, {}
     await _stop(running, first)
+    await _write(settings, [(case.asked, case.key(b), case.ask(b))])
     second, _ = case.make(settings)
     running = asyncio.create_task(second.run())
     try:
-        await _write(settings, [(case.asked, case.key(b), case.ask(b))])
         assert await _answers(settings, case, b) == [True]
         assert await _answers(settings, case, a) == [True]  # committed once, not decided again
         out = kafka.Out(settings.topic("quarantine"), a, r.SpaceCreated("late", NOW))
@@ -260,12 +289,13 @@ SHARED = {
     "control": False,
     "workflow": True,
     "workflow/replica": True,
+    "queue": True,
 }  # control: one replica holds every partition
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 async def test_a_reassignment_drops_the_state_of_the_partitions_lost(settings: Settings, name: str) -> None:
-    # WF-46, QC-42: each assignment folds afresh what it holds, so no decision is made against
+    # WF-46, QC-42, QC-44: each assignment folds afresh what it holds, so no decision is made against
     # the state of a partition another replica now decides.
     case = CASES[name]
     a, b = _names(case)
@@ -296,7 +326,15 @@ async def test_a_reassignment_drops_the_state_of_the_partitions_lost(settings: S
             await _stop(task, shell)
 
 
-SNAPSHOTTED = ["workflow"]  # the processors whose changelog the shell snapshots
+def _held(shell: Shell) -> tuple[Any, int]:
+    """What a snapshotted processor holds, comparably, and how many items."""
+    if isinstance(shell.processor, QueueEngine):
+        return view(shell.processor.state), len(shell.processor.state.queues)
+    assert isinstance(shell.processor, Engine)
+    return shell.processor.instances, len(shell.processor.instances)
+
+
+SNAPSHOTTED = ["queue", "workflow"]  # the processors whose changelog the shell snapshots
 
 
 async def _folded(settings: Settings, case: Case) -> Shell:
@@ -318,9 +356,10 @@ async def _folded(settings: Settings, case: Case) -> Shell:
 async def test_a_snapshot_and_the_log_after_it_fold_to_what_the_whole_log_folds_to(
     settings: Settings, name: str
 ) -> None:
-    # WF-46, WF-21: a take-over restores a partition's latest snapshot and folds only the log
-    # after it, and holds exactly what the fold of the whole log holds
+    # WF-46, WF-21, QC-43: a take-over restores a partition's latest snapshot and folds only the
+    # log after it, and holds exactly what the fold of the whole log holds
     case = CASES[name]
+    settings = replace(settings, snapshot_quiet_seconds=float("inf"))  # none taken for quiet alone
     await _write(settings, [(t, case.key(f"s{i}"), rec) for i in range(8) for t, rec in case.seed(f"s{i}")])
     first = await _folded(replace(settings, snapshot_records=2), case)  # due right after the fold
     assert first.checkpoints is not None
@@ -330,9 +369,8 @@ async def test_a_snapshot_and_the_log_after_it_fold_to_what_the_whole_log_folds_
     restored = await _folded(replace(settings, snapshot_records=1000), case)  # restores, takes none
     assert restored.checkpoints is not None and restored.checkpoints.taken == snapshotted
     whole = await _folded(replace(settings, snapshot_records=0), case)  # no snapshots: the whole log
-    held = [shell.processor for shell in (restored, whole)]
-    assert isinstance(held[0], Engine) and isinstance(held[1], Engine)
-    assert held[0].instances == held[1].instances and len(held[1].instances) == 16
+    held = [_held(shell) for shell in (restored, whole)]
+    assert held[0] == held[1] and held[1][1] == 16
 
 
 SERVING = ["workflow", "workflow/replica"]  # the processors that run contexts of the partitions they hold
@@ -385,3 +423,53 @@ async def test_a_revocation_returns_only_once_the_contexts_of_its_partitions_hav
         finally:
             for task, shell in zip(tasks, (first, second), strict=False):
                 await _stop(task, shell)
+
+
+HANDLER = "export default { async queue(batch) { await new Promise((resolve) => setTimeout(resolve, 60000)); } };"
+
+
+async def test_a_revocation_of_the_queue_engines_partitions_returns_once_their_handlers_ended_committed(
+    settings: Settings,
+) -> None:
+    # QC-42, QC-43, QC-44: no handler of a revoked partition runs once another replica may be
+    # given it, its batch's end is committed before (the drain), and its message is delivered again
+    async with engine_bench(settings, in_process=False) as (bench, _):
+        await bench.deploy(HANDLER + "\nexport class Flow {}", handlers=["queue"])
+        names = [f"q{n}{uuid.uuid4().hex[:6]}" for n in range(20)]
+        queues = [names[0], next(q for q in names if partition_for(q, 2) != partition_for(names[0], 2))]
+        for q in queues:
+            await bench.resource(q, QUEUE, {"retentionSeconds": 86400})
+            spec = {
+                "queue": {"resourceUid": q},
+                "worker": {"resourceUid": bench.worker_uid},
+                **{"maxBatchSize": 1, "maxBatchTimeoutSeconds": 0, "maxConcurrency": 1},
+                **{"maxRetries": 3, "retryDelaySeconds": 0},
+            }
+            await bench.resource(f"c-{q}", QUEUE_CONSUMER, spec)
+        engines = [QueueEngine(settings, WorkflowClient(settings)) for _ in range(2)]
+        revoke, drained = engines[0].shell.revoked, []
+
+        async def noting(tps: list[Any]) -> None:
+            live = list(engines[0].runs.values())
+            await revoke(tps)
+            ended = [run.task is not None and run.task.done() and run.task.exception() is None for run in live]
+            drained.append((len(live), all(ended), len(engines[0].runs)))
+
+        engines[0].shell.revoked = noting  # type: ignore[method-assign]
+        tasks = [asyncio.create_task(engines[0].run())]
+        try:
+            now = int(time.time() * 1000)  # within the queues' retention
+            for q in queues:
+                await bench._send("queue", q, r.MessageAccepted(q, SPACE, f"m-{q}", b"x", now, now))
+            await _until("both handlers running", lambda: len(engines[0].runs) == 2, timeout=90)
+            tasks.append(asyncio.create_task(engines[1].run()))
+            await _until("one each", lambda: len(engines[0].runs) == len(engines[1].runs) == 1, timeout=90)
+            # both ended and committed before the partitions went (the revocation before any assignment had none)
+            assert [d for d in drained if d[0]] == [(2, True, 0)]
+            ends = [x for x in await _read(settings, "queue") if isinstance(x, r.BatchEnded)]
+            assert sorted(e.queueUid for e in ends if e.outcome == "stopped") == sorted(queues)
+        finally:
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
