@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
+from aiokafka import TopicPartition
 from aiokafka.errors import ProducerFenced
 
 from sumi.control.rules.forms.names import MODULE_WORKER, QUEUE, QUEUE_CONSUMER, WORKER_VERSION
@@ -29,6 +30,7 @@ from sumi.testing import new_settings
 from sumi.verifier import Verifier
 from sumi.verifier.service import verifier_shell
 from sumi.wire import codec, kafka
+from sumi.wire.outbox import Outbox
 from sumi.wire.topics import ensure_topics, instance_key, partition_for
 from sumi.workflow import commands as c
 from sumi.workflow.client import WorkflowClient
@@ -473,3 +475,38 @@ async def test_a_revocation_of_the_queue_engines_partitions_returns_once_their_h
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+
+async def test_a_queue_snapshot_covers_only_what_the_engine_has_read_of_its_log(settings: Settings) -> None:
+    # QC-21, QC-43: the queue log is appended to by the gateway too, so a decision committed past
+    # a message not read yet leaves a state that is no fold of the log up to the decision: a
+    # snapshot covering it would lose that message at the next start
+    settings = replace(settings, snapshot_records=1, snapshot_quiet_seconds=float("inf"))
+    shell, _ = _queue(settings)
+    checkpoints, q = shell.checkpoints, "q-s0"
+    assert checkpoints is not None and checkpoints.store is not None
+    tp = TopicPartition(settings.topic("queue"), partition_for(q, 2))
+    await _write(settings, [("queue", q, r.MessageAccepted(q, "demo", "m0", b"x", NOW, NOW))])
+    async with contextlib.AsyncExitStack() as stack:
+        await checkpoints.start()
+        stack.push_async_callback(checkpoints.stop)
+        await shell.producers.assign([tp])
+        stack.push_async_callback(shell.producers.close)
+        await shell.rebuild([tp.partition])
+        await asyncio.gather(*checkpoints.store.writing.values())
+        assert checkpoints.taken == {tp.partition: 1}  # the fold's end: m0 read
+        await _write(settings, [("queue", q, r.MessageAccepted(q, "demo", "m1", b"x", NOW, NOW))])  # unread
+        box = Outbox(shell.producers.turns_of(tp.partition), settings.partitions)
+        box.on_idle = checkpoints.idle
+        stack.callback(checkpoints.watch([box]))
+        running = asyncio.create_task(box.run())
+        try:
+            await box.put([(settings.topic("queue"), q, r.QueuePurged(q, NOW))])  # a decision, after m1
+            assert box.written[(tp.topic, tp.partition)] == 2
+            assert checkpoints.taken == {tp.partition: 1}  # none past what was read
+            checkpoints.read(tp.partition, 4)  # m1, the decision and its commit marker read
+            assert checkpoints.taken == {tp.partition: 4}
+        finally:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
