@@ -11,7 +11,7 @@ import typer
 from sumi.cli import _profile
 from sumi.cli._errors import USAGE, CliError
 from sumi.core.config import Settings, SettingsError
-from sumi.host.services import SERVICE_ENTRIES
+from sumi.host.services import BACKGROUND, SERVICE_ENTRIES
 
 
 def settings() -> Settings:
@@ -75,6 +75,8 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
     # Started by `sumi up`: die with it. Popped, so nothing this service starts inherits it.
     hold_if_asked(os.environ.pop(LIFELINE_ENV, None))
     cap_arenas()
+    if service in BACKGROUND and config.background_nice > 0:
+        os.nice(config.background_nice)  # its runtime processes inherit it
     if service == "gateway":
         # While it serves, uvicorn stops gracefully on SIGINT and SIGTERM, then raises the signal again
         # with the handler it found: exit_quietly_on_stop's, so a stop exits 0 (before it serves, at

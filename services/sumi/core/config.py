@@ -34,6 +34,10 @@ class Settings:
     # "partition", a Kafka transaction per partition it holds (aiokafka); "replica", one for
     # everything ready across them (librdkafka, fenced by the group's generation).
     transactions: str = "partition"
+    # How much lower the CPU priority of the services that work through a backlog is (the
+    # engines, their runtimes, the projections, the verifier) than the gateway's and control's:
+    # past capacity the front door still gets a core to refuse at once (issue 41). 0: the same.
+    background_nice: int = 5
     launch_kafka: bool = True
     launch_postgres: bool = True
     decision_timeout: float = 10.0
@@ -149,6 +153,7 @@ class Settings:
             "pg_port": _port(env, "SUMI_PG_PORT", 5432),
             "kafka_jvm": env.get("SUMI_KAFKA_JVM", ""),
             "transactions": _choice(env, "SUMI_TRANSACTIONS", ("partition", "replica")),
+            "background_nice": _int(env, "SUMI_BACKGROUND_NICE", 5),
             "launch_kafka": "SUMI_KAFKA_BOOTSTRAP" not in env,
             "launch_postgres": "SUMI_DATABASE_URL" not in env,
             "decision_timeout": float(env.get("SUMI_DECISION_TIMEOUT", "10")),
@@ -210,6 +215,7 @@ class Settings:
             "SUMI_PG_PORT": str(self.pg_port),
             "SUMI_KAFKA_JVM": self.kafka_jvm,
             "SUMI_TRANSACTIONS": self.transactions,
+            "SUMI_BACKGROUND_NICE": str(self.background_nice),
             "SUMI_DECISION_TIMEOUT": str(self.decision_timeout),
             "SUMI_WRITE_LATENCY_TARGET": str(self.write_latency_target),
             "SUMI_STATE_DIR": self.state_dir,

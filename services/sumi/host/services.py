@@ -11,3 +11,7 @@ SERVICE_ENTRIES = {
     "queue": "sumi.host.queue_service",  # the queue engine with the workflow client
     "workflow": "sumi.workflow.service",
 }
+
+# The services that work through a backlog: past capacity they yield a core to the gateway
+# (Settings.background_nice).
+BACKGROUND = frozenset({"queue", "workflow", "projections", "verifier"})
