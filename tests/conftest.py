@@ -6,6 +6,7 @@ Docker engine is reachable; else the local launchers `sumi up` uses. Tests
 isolate by a topic prefix and database schema per Host and a Space per test.
 """
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from sumi_projections import drop, migrate
-from tests.hostkit import Host, SpaceFixture, new_settings, new_space, running_host
+from tests.hostkit import Host, SpaceFixture, new_settings, new_space, replicas_beside, running_host
 
 # Properties, not timings: a loaded 2-core CI machine must not fail a test by its clock.
 hypothesis_settings.register_profile("sumi", deadline=None)
@@ -35,8 +36,15 @@ def database_url(sumi_database_url: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
-    with running_host(new_settings(kafka_bootstrap, database_url)) as h:
+def replica_count() -> int:
+    """SUMI_TEST_REPLICAS=2: the session's Hosts run two replicas of every scalable processor, as
+    the black-box suites' Host does (issue 42); unset, one."""
+    return int(os.environ.get("SUMI_TEST_REPLICAS", "1"))
+
+
+@pytest.fixture(scope="session")
+def host(kafka_bootstrap: str, database_url: str, replica_count: int) -> Iterator[Host]:
+    with running_host(new_settings(kafka_bootstrap, database_url)) as h, replicas_beside(h, replica_count):
         yield h
 
 

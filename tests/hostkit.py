@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from sumi.core.config import Settings
+from sumi.infra.lifeline import ENV as LIFELINE
 from sumi.testing import Host, new_settings, running_host, start_host
 from sumi.wire import codec
 
@@ -23,8 +25,13 @@ __all__ = [
     "Host",
     "SpaceFixture",
     "control_log",
+    "every_replica",
+    "hold_every",
+    "kill_every",
     "new_settings",
     "new_space",
+    "release_every",
+    "replicas_beside",
     "running_host",
     "stable_members",
     "start_host",
@@ -142,7 +149,116 @@ async def stable_members(bootstrap: str, groups: Iterable[str], n: int, timeout:
         await admin.close()
 
 
-def serve_replica(host: Host, service: str, name: str, **popen: Any) -> "subprocess.Popen[bytes]":
+# The processors that scale out, and the consumer groups each of their replicas joins.
+SCALED = ("control", "verifier", "projections", "queue", "workflow")
+GROUPS = (
+    "control",
+    "verifier",
+    "queue-engine",
+    "workflow-engine",
+    "projection-{schema}-control",
+    "projection-{schema}-queue",
+    "projection-{schema}-workflow",
+)
+REPLICA_GRACE = 10.0  # seconds a stopped replica has to close before it is killed
+
+
+def processor_groups(settings: Settings) -> list[str]:
+    """The consumer groups of a Host's scalable processors."""
+    return [f"{settings.topic_prefix}-{g.format(schema=settings.db_schema)}" for g in GROUPS]
+
+
+def serve_replica(
+    host: Host, service: str, name: str, env: dict[str, str] | None = None, **popen: Any
+) -> "subprocess.Popen[bytes]":
     """Another replica of a Host's service: `sumi serve SERVICE` with its own replica name."""
-    env = {**os.environ, **host.settings.to_env(), "SUMI_REPLICA": name}
+    env = {**os.environ, **host.settings.to_env(), **(env or {}), "SUMI_REPLICA": name}
     return subprocess.Popen([sys.executable, "-m", "sumi.cli", "serve", service], env=env, **popen)
+
+
+class Added:
+    """The replicas a test run added beside a Host's supervised services, which a test that kills
+    or holds a service (`kill_every`, `hold_every`) stops and starts again under their names."""
+
+    def __init__(self, host: Host, count: int, env: dict[str, str] | None) -> None:
+        self.host, self.names, self.env = host, [f"replica-{n}" for n in range(2, count + 1)], env
+        self.procs: dict[str, list[subprocess.Popen[bytes]]] = {}
+
+    def start(self, service: str) -> None:
+        # A lifeline on stdin and a session of its own: gone with the test run, runtimes and all.
+        env = {**(self.env or {}), LIFELINE: "stdin"}
+        self.procs[service] = [
+            serve_replica(self.host, service, name, env, stdin=subprocess.PIPE, start_new_session=True)
+            for name in self.names
+        ]
+
+    def stop(self, service: str, sig: int = signal.SIGTERM) -> None:
+        procs = self.procs.pop(service, [])
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(sig)
+        deadline = time.monotonic() + REPLICA_GRACE
+        for proc in procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the runtime processes it started
+            if proc.stdin is not None:
+                proc.stdin.close()
+
+
+_ADDED: dict[str, Added] = {}  # by the Host's URL
+
+
+@contextlib.contextmanager
+def replicas_beside(host: Host, count: int, env: dict[str, str] | None = None) -> Iterator[Host]:
+    """The Host with `count` replicas of each scalable processor in all: the supervised one and
+    `count - 1` more, each joined to its groups before the block starts, stopped when it ends.
+    `env` is what the Host's own services were given beyond its settings (an engine mode)."""
+    added = _ADDED[host.url] = Added(host, count, env)
+    try:
+        if count > 1:
+            for service in SCALED:
+                added.start(service)
+            asyncio.run(stable_members(host.settings.kafka_bootstrap, processor_groups(host.settings), count, 180))
+        yield host
+    finally:
+        del _ADDED[host.url]
+        for service in SCALED:
+            added.stop(service)
+
+
+def every_replica(host: Host, service: str) -> list[int]:
+    """The pids of every replica of a Host's service: the supervised one and any added."""
+    added = _ADDED.get(host.url)
+    return [host.supervisor.procs[service].pid] + [p.pid for p in (added.procs if added else {}).get(service, [])]
+
+
+def kill_every(host: Host, service: str) -> None:
+    """SIGKILL every replica of a service; each restarts under its name (a crash of the service)."""
+    added = _ADDED.get(host.url)
+    for proc in added.procs.get(service, []) if added else []:
+        proc.send_signal(signal.SIGKILL)  # at the moment the supervised one is killed
+    host.supervisor.kill(service)
+    if added and service in added.procs:
+        added.stop(service, signal.SIGKILL)
+        added.start(service)
+
+
+def hold_every(host: Host, service: str) -> None:
+    """Stop every replica of a service until `release_every` (an outage of the service)."""
+    host.supervisor.hold(service)
+    added = _ADDED.get(host.url)
+    if added and service in added.procs:
+        added.stop(service)
+
+
+def release_every(host: Host, service: str) -> None:
+    """The end of `hold_every`'s outage: every replica of the service starts again."""
+    added = _ADDED.get(host.url)
+    if added and added.names and service not in added.procs:
+        added.start(service)
+    host.supervisor.release(service)

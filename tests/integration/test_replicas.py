@@ -36,11 +36,13 @@ from sumi_projections import drop, migrate
 from sumi_projections._owned import Owned
 from tests.conformance.kit import Api, Flows
 from tests.hostkit import (
+    SCALED,
     Host,
     committed_log,
     control_log,
     new_settings,
     new_space,
+    processor_groups,
     running_host,
     serve_replica,
     stable_members,
@@ -59,16 +61,6 @@ export default {
 WORKER_SPEC = {"runtime": "javascript", "handlers": ["queue"]}
 
 
-SCALED = ("control", "verifier", "projections", "queue", "workflow")
-GROUPS = (
-    "control",
-    "verifier",
-    "queue-engine",
-    "workflow-engine",
-    "projection-{schema}-control",
-    "projection-{schema}-queue",
-    "projection-{schema}-workflow",
-)
 SPACES = 3
 ROUNDS = 6
 PER_SEND = 10
@@ -82,8 +74,7 @@ def own_host(kafka_bootstrap: str, database_url: str) -> Iterator[Host]:
 
 
 async def _until_members(host: Host, n: int) -> None:
-    prefix, schema = host.settings.topic_prefix, host.settings.db_schema
-    await stable_members(host.settings.kafka_bootstrap, [f"{prefix}-{g.format(schema=schema)}" for g in GROUPS], n)
+    await stable_members(host.settings.kafka_bootstrap, processor_groups(host.settings), n)
 
 
 # Each step reports its effect, tagged with the context that ran it, to a queue the test reads:
