@@ -1,6 +1,6 @@
 """Delete stop boundary, restarts and Operations (QC-42..49), against a real Host.
 
-The engine is SIGKILLed through the supervisor; it restarts and rebuilds from the log.
+The engine is SIGKILLed, every replica of it; it restarts and rebuilds from the log.
 """
 
 import asyncio
@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conformance.kit import Api
+from tests.hostkit import kill_every
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +53,7 @@ async def test_engine_restart_redelivers_unsettled_and_keeps_settled(api: Api, h
     await api.until(q, acknowledged=1)
     [slow] = await api.send(q, "sleep:60000")
     await api.reports(report, 2)  # its handler runs
-    host.supervisor.kill("queue")
+    kill_every(host, "queue")
     s = await api.stats(q)
     assert s["acknowledged"] == 1  # no ACK inferred from the crash
     seen = await api.reports(report, 3, timeout=60)  # restarted engine: delivered again
@@ -69,7 +70,7 @@ async def test_delete_survives_an_engine_restart(api: Api, host: Any) -> None:
     c = await api.consumer(q, w)
     await api.send(q, "sleep:60000")
     await wait_in_flight(api, q)
-    host.supervisor.kill("queue")
+    kill_every(host, "queue")
     r = await api.delete(c)
     assert r.status_code == 202
     second = await api.post(

@@ -24,7 +24,7 @@ import pytest
 from sumi.core import records as r
 from tests.conformance.kit import Api, Flows
 from tests.conformance.modes import engine_mode_host  # noqa: F401 (every test in both engine modes)
-from tests.hostkit import Host, control_log
+from tests.hostkit import Host, control_log, every_replica
 from tests.httpkit import WORKFLOW, assert_problem
 
 pytestmark = pytest.mark.integration
@@ -145,9 +145,9 @@ async def test_delete_with_running_sleeping_and_waiting_instances(api: Api, host
 
 
 def runtime_processes(host: Host) -> list[psutil.Process]:
-    """The workflow engine's JavaScript runtime processes (its node children, walls or not)."""
-    engine = psutil.Process(host.supervisor.procs["workflow"].pid)
-    return [p for p in engine.children(recursive=True) if p.name() == "node"]
+    """The JavaScript runtime processes of every workflow engine replica (node children, walls or not)."""
+    engines = [psutil.Process(pid) for pid in every_replica(host, "workflow")]
+    return [p for engine in engines for p in engine.children(recursive=True) if p.name() == "node"]
 
 
 async def test_delete_stays_reconciling_while_the_stop_is_unproven(api: Api, host: Host) -> None:

@@ -11,6 +11,7 @@ import pytest
 from sumi.host.audit import replay_and_compare
 from tests.conformance.kit import Api, Flows
 from tests.conformance.modes import engine_mode_host  # noqa: F401 (every test in both engine modes)
+from tests.hostkit import hold_every, release_every
 from tests.httpkit import WORKFLOW, assert_problem, auth
 
 pytestmark = pytest.mark.integration
@@ -335,13 +336,13 @@ async def test_observed_counts_follow_the_instances(api: Api, flows: Flows) -> N
 
 async def test_backend_unavailable_then_the_retry_is_the_same_instance(flows: Flows, host: Any) -> None:  # WF-27
     key = uuid.uuid4().hex
-    await asyncio.to_thread(host.supervisor.hold, "workflow")
+    await asyncio.to_thread(hold_every, host, "workflow")
     try:
         lost = await flows.create({"params": {"n": 5}}, key=key)
         assert_problem(lost, 503, "backend_unavailable")  # nothing is known to have happened
         assert (await flows.api.c.get(flows.base, headers=flows.api.h)).status_code == 200  # reads still answer
     finally:
-        await asyncio.to_thread(host.supervisor.release, "workflow")
+        await asyncio.to_thread(release_every, host, "workflow")
     deadline = time.monotonic() + 60
     while True:  # the client retries with the same key, as the contract says (WF-19: no second run)
         retry = await flows.create({"params": {"n": 5}}, key=key)
