@@ -8,6 +8,7 @@
     minus the start of the POST that sent it.
 (c) the ratio b/a, and (d) p50/p99 latency at 1,000 messages/s offered (BENCH_RATE sets another).
 BENCH_PROFILE=1 prints py-spy profiles of the services during (b); (b) prints CPU seconds per process.
+BENCH_SETTINGS (JSON) sets any other of the Host's settings, e.g. '{"background_nice": 0}'.
 (e) with BENCH_REPLICAS=2: (b) again with a second queue engine beside the first (the engines
     share the queue log's partitions; BENCH_QUEUES queues, 6 by default then, spread the load).
 Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
@@ -344,7 +345,8 @@ def _wal_bytes(database_url: str) -> int:
 
 def main() -> None:
     with parts() as (kafka, db):
-        with running_host(new_settings(kafka, db)) as host:
+        extra = json.loads(os.environ.get("BENCH_SETTINGS", "{}"))  # any other Settings field
+        with running_host(new_settings(kafka, db, **extra)) as host:
             asyncio.run(bench(host))
 
 
