@@ -31,6 +31,12 @@ engine's log), is handed the fold's records by `take` as well, before `serve`, a
 later record once, from the fold's end on (its group offsets mean nothing); its snapshots cover
 only what it has read (`sumi.engines.checkpoints`).
 
+With `SUMI_TRANSACTIONS=replica` a Serving processor whose input is not its changelog (the
+workflow engine) runs on librdkafka instead (`sumi.engines.rdkafka`): one group member, and one
+transaction per replica for everything ready across its partitions, each carrying the held
+partitions' offsets so the group's generation fences a replica it went on without (KIP-447).
+Measured slower on this project's machines, so not the default (docs/decisions.md).
+
 An input record that does not decode, or whose handling raises, is quarantined in that same
 transaction and the processor goes on with the next one. A bad record in the changelog is
 skipped by the fold (the projection of that topic quarantined it when it met it). Any other
