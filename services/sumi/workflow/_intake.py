@@ -58,6 +58,7 @@ class Intake:
         self.deferred: dict[str, list[tuple[d.Caller, c.WorkflowCommand]]] = {}
         self.wake_recheck = asyncio.Event()
         self.moved = asyncio.Event()  # the offsets the group may commit moved on (`offsets`)
+        self.committed: dict[TopicPartition, int] = {}  # what `commit_offsets` committed
 
     def remember(self, command_id: str) -> None:
         """A decision folded from the log (or just made): the command is never decided again."""
@@ -141,37 +142,32 @@ class Intake:
             out[tp] = min(out.get(tp, offset), offset)
         return out
 
-    async def commit_offsets(self, consumer: AIOKafkaConsumer, admin: AIOKafkaAdminClient) -> None:
+    async def commit_offsets(self, consumer: AIOKafkaConsumer) -> None:
         """The group's offsets, committed after the decisions they cover (every outbox flushed
-        first: each partition's commits in order, the partitions' side by side); the commands
-        before them are then deleted (`delete_decided`)."""
-        committed: dict[TopicPartition, int] = {}
-        deleting = asyncio.create_task(self.delete_decided(admin, lambda: committed))
-        try:
-            while True:
-                # Asleep while nothing moves (an idle engine wakes for nothing); then a moment
-                # more, so one commit covers what comes in a burst.
-                await self.moved.wait()
-                await asyncio.sleep(0.2)
-                self.moved.clear()
-                offsets = {tp: o for tp, o in self.offsets().items() if committed.get(tp) != o}
-                if not offsets:
-                    continue
-                await self.engine.flushed()
-                try:
-                    await consumer.commit(offsets)
-                except (CommitFailedError, IllegalGenerationError, RebalanceInProgressError) as exc:
-                    # A replica joined (or left) meanwhile: the same offsets go with the next round.
-                    log.info("workflow engine: committing the commands' offsets after a rebalance (%s)", exc)
-                    self.moved.set()
-                    continue
-                except KafkaError as exc:  # a broker died: the group's coordinator moves; next round
-                    log.warning("workflow engine: the commands' offsets wait for the next round (%r)", exc)
-                    self.moved.set()
-                    continue
-                committed.update(offsets)
-        finally:
-            deleting.cancel()
+        first: each partition's commits in order, the partitions' side by side), into
+        `committed`, whose commands `delete_decided` then deletes."""
+        while True:
+            # Asleep while nothing moves (an idle engine wakes for nothing); then a moment
+            # more, so one commit covers what comes in a burst.
+            await self.moved.wait()
+            await asyncio.sleep(0.2)
+            self.moved.clear()
+            offsets = {tp: o for tp, o in self.offsets().items() if self.committed.get(tp) != o}
+            if not offsets:
+                continue
+            await self.engine.flushed()
+            try:
+                await consumer.commit(offsets)
+            except (CommitFailedError, IllegalGenerationError, RebalanceInProgressError) as exc:
+                # A replica joined (or left) meanwhile: the same offsets go with the next round.
+                log.info("workflow engine: committing the commands' offsets after a rebalance (%s)", exc)
+                self.moved.set()
+                continue
+            except KafkaError as exc:  # a broker died: the group's coordinator moves; next round
+                log.warning("workflow engine: the commands' offsets wait for the next round (%r)", exc)
+                self.moved.set()
+                continue
+            self.committed.update(offsets)
 
     async def delete_decided(self, admin: AIOKafkaAdminClient, committed: Callable[[], Mapping[Any, int]]) -> None:
         """Delete the commands before the group's committed offsets: their documents live on

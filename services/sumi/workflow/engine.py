@@ -134,6 +134,9 @@ class Engine:
         self.instances = self.table.instances  # the table's (runs, bindings and checkpoints read it)
         self.ring = sealing.KeyRing()  # the data keys alive: the fold of the key topic
         self.runs: dict[str, ContextRun] = {}
+        # Every run's task until it has ended, also after `ended` took the run out of `runs`
+        # while its last records commit: a stop awaits them all, none left unretrieved.
+        self.run_tasks: set[asyncio.Task[None]] = set()
         self.control = WorkflowControl()
         self.replies = Replies(self.settings.topic("workflow"))  # answers of calls to other replicas' instances
         remote = Remote(self, self.settings.partitions, self.settings.decision_timeout)
@@ -325,6 +328,9 @@ class Engine:
         run = ContextRun(self, key, class_name, allocation, solo=solo)
         self.runs[key] = run
         run.start()
+        if run.task is not None:
+            self.run_tasks.add(run.task)
+            run.task.add_done_callback(self.run_tasks.discard)
 
     async def runtime(self, kind: str, space: str = "") -> Runtime:
         """The one runtime of a kind for a Space, started once however many runs ask at the same time."""
@@ -432,7 +438,8 @@ class Engine:
                 tasks.create_task(self.replies.run())
                 tasks.create_task(self.schedule())
                 if commands is not None:
-                    tasks.create_task(self.intake.commit_offsets(commands, admin))
+                    tasks.create_task(self.intake.commit_offsets(commands))
+                    tasks.create_task(self.intake.delete_decided(admin, lambda: self.intake.committed))
                 else:  # one transaction per replica: the offsets commit with the decisions
                     tasks.create_task(self.intake.delete_decided(admin, self.shell.committed_offsets))
                 tasks.create_task(kafka.follow(control_reader, self._fold_control, self.scheduler.unblock))
@@ -446,7 +453,7 @@ class Engine:
             runs = list(self.runs.values())
             for run in runs:
                 run.stop()
-            pending = [run.task for run in runs if run.task is not None]
+            pending = list(self.run_tasks)
             if pending:  # each stops its context physically; bounded, the runtimes' exit proves the rest
                 await asyncio.wait(pending, timeout=5)
                 for task in pending:
