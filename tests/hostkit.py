@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from sumi.core.config import Settings
+from sumi.host.supervisor import stop_all
 from sumi.infra.lifeline import ENV as LIFELINE
 from sumi.testing import Host, new_settings, running_host, start_host
 from sumi.wire import codec
@@ -197,17 +198,7 @@ class Added:
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(sig)
-        deadline = time.monotonic() + REPLICA_GRACE
-        for proc in procs:
-            try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the runtime processes it started
-            if proc.stdin is not None:
-                proc.stdin.close()
+        stop_all(procs, REPLICA_GRACE, signalled=True)
 
 
 _ADDED: dict[str, Added] = {}  # by the Host's URL

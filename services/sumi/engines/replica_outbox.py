@@ -14,8 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sumi.engines.rdkafka import Record, Transactions
-from sumi.wire import codec, outbox
-from sumi.wire.topics import partition_for
+from sumi.wire import kafka, outbox
 
 
 class ReplicaOutbox:
@@ -45,15 +44,10 @@ class ReplicaOutbox:
         if not outs:
             fut.set_result(None)
             return fut
-        records = [
-            Record(
-                topic,
-                partition_for(key, self.partitions),
-                key.encode(),
-                None if record is None else codec.encode(record),  # None: the key's tombstone
-            )
-            for topic, key, record in outs
-        ]
+        records = []
+        for topic, key, record in outs:
+            key_bytes, value, partition = kafka.encoded(key, record, self.partitions)
+            records.append(Record(topic, partition, key_bytes, value))
         self._open += 1
         self.transactions.submit(records).add_done_callback(lambda done: self._committed(done, fut))
         self._last = fut

@@ -141,7 +141,7 @@ class Supervisor:
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.procs[name]
         proc.send_signal(sig)
-        _stop_all([proc], PROCESSORS_GRACE, signalled=True)
+        stop_all([proc], PROCESSORS_GRACE, signalled=True)
 
     def hold(self, name: str) -> None:
         """Stop a service and keep it down until `release` (an outage, for tests and operators)."""
@@ -204,8 +204,8 @@ class Supervisor:
         with self._lock:
             self._stopping = True
         gateway = [p for n, p in self.procs.items() if n == "gateway"]
-        _stop_all(gateway, GATEWAY_GRACE)
-        _stop_all([p for n, p in self.procs.items() if n != "gateway"], PROCESSORS_GRACE)
+        stop_all(gateway, GATEWAY_GRACE)
+        stop_all([p for n, p in self.procs.items() if n != "gateway"], PROCESSORS_GRACE)
 
 
 def _part_problem(part: Watched, watch: _Watch, now: float) -> str | None:
@@ -227,8 +227,9 @@ def _say(line: str) -> None:
     print(f"sumi: {line}", file=sys.stderr, flush=True)
 
 
-def _stop_all(procs: list["subprocess.Popen[bytes]"], grace: float, signalled: bool = False) -> None:
-    """SIGTERM each (unless `signalled` already), SIGKILL what has not exited within `grace`."""
+def stop_all(procs: list["subprocess.Popen[bytes]"], grace: float, signalled: bool = False) -> None:
+    """SIGTERM each (unless `signalled` already), SIGKILL what has not exited within `grace`, then
+    what is left of each one's process group (its runtime processes)."""
     for proc in procs:
         if proc.poll() is None and not signalled:
             proc.terminate()

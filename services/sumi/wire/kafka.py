@@ -209,13 +209,16 @@ async def stop(client: Any) -> None:
         log.warning("a Kafka client's fetch was cancelled while it stopped")
 
 
+def encoded(key: str, record: Any, partitions: int) -> tuple[bytes, bytes | None, int]:
+    """One record as it is written: its key's bytes, its value (None: the key's tombstone, on a
+    compacted topic) and its key's partition, Kafka's own (murmur2) choice."""
+    return key.encode(), None if record is None else codec.encode(record), partition_for(key, partitions)
+
+
 def send(producer: AIOKafkaProducer, topic: str, key: str, record: Any, partitions: int) -> Awaitable[Any]:
-    """Encode and enqueue one record (None: the key's tombstone, on a compacted topic); the key's
-    partition is Kafka's own (murmur2) choice."""
-    value = None if record is None else codec.encode(record)
-    return producer.send(  # type: ignore[no-any-return]
-        topic, value, key=key.encode(), partition=partition_for(key, partitions)
-    )
+    """Encode and enqueue one record (`encoded`)."""
+    key_bytes, value, partition = encoded(key, record, partitions)
+    return producer.send(topic, value, key=key_bytes, partition=partition)  # type: ignore[no-any-return]
 
 
 async def begin_ahead(producer: AIOKafkaProducer, tps: Iterable[TopicPartition]) -> bool:

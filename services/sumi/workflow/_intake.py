@@ -177,7 +177,8 @@ class Intake:
         deleted: dict[TopicPartition, int] = {}
         while True:
             await asyncio.sleep(DELETE_EVERY_S)
-            gone = {TopicPartition(*tp): o for tp, o in committed().items() if deleted.get(TopicPartition(*tp)) != o}
+            now = {TopicPartition(*tp): o for tp, o in committed().items()}
+            gone = {tp: o for tp, o in now.items() if deleted.get(tp) != o}
             if not gone:
                 continue
             try:
