@@ -28,6 +28,7 @@ from tests.hostkit import Host, new_settings, running_host
 SETTLE, MEASURE = 15.0, float(os.environ.get("BENCH_IDLE_SECONDS", "60"))
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SERVICE, HOST = 0.5, 3.0  # % of one core
+THREADS = os.environ.get("BENCH_IDLE_THREADS", "") not in ("", "0")  # where each process's idle goes
 
 
 def tour(host: Host) -> None:
@@ -55,6 +56,24 @@ def ours(found: dict[str, list[psutil.Process]], external: dict[str, bool]) -> d
     return {n: ps for n, ps in out.items() if ps}
 
 
+def threads(procs: dict[str, list[psutil.Process]]) -> dict[str, float]:
+    """CPU seconds so far of every thread of the broker and the runtimes, by `part/thread name`
+    (the JVM and Node name their threads: which of them wakes is what an idle cut aims at)."""
+    out: dict[str, float] = {}
+    for name, ps in procs.items():
+        if name != "kafka" and not name.endswith(" runtimes"):
+            continue
+        for p in ps:
+            try:
+                for t in p.threads():
+                    comm = Path(f"/proc/{p.pid}/task/{t.id}/comm").read_text().strip()
+                    key = f"{name}/{comm}"
+                    out[key] = out.get(key, 0.0) + t.user_time + t.system_time
+            except (psutil.Error, OSError):
+                continue
+    return out
+
+
 def main() -> None:
     external = {
         "kafka": bool(os.environ.get("SUMI_KAFKA_BOOTSTRAP")),
@@ -65,10 +84,14 @@ def main() -> None:
             tour(host)
             time.sleep(SETTLE)  # past the tour's own work (snapshots, quiet timers)
             procs = ours(processes(host), external)
-            before, t0 = cpu(procs), time.monotonic()
+            before, t0, tb = cpu(procs), time.monotonic(), threads(procs) if THREADS else {}
             time.sleep(MEASURE)
             elapsed = time.monotonic() - t0
-            after = cpu(procs)
+            after, ta = cpu(procs), threads(procs) if THREADS else {}
+    if THREADS:
+        spent = {k: round(100 * (v - tb.get(k, 0.0)) / elapsed, 3) for k, v in ta.items()}
+        busiest = dict(sorted(((k, v) for k, v in spent.items() if v > 0), key=lambda kv: -kv[1])[:25])
+        print(json.dumps({"busiest threads, % of one core": busiest}), flush=True)
     shares = {n: round(100 * (after[n] - before[n]) / elapsed, 2) for n in sorted(procs)}
     python = {n: v for n, v in shares.items() if n not in ("kafka", "postgres") and not n.endswith(" runtimes")}
     whole = round(sum(shares.values()), 2)

@@ -63,7 +63,9 @@ function checkedResult(r) {
 // active time of that slot before then. Work between entries (a microtask
 // drain after a host reply, say) is charged to the context entered last.
 const meter = new Float64Array(workerData.meter);
+const wake = new Int32Array(workerData.wake); // 0 while the main thread's budget checks sleep
 function mark(slot) {
+  if (Atomics.compareExchange(wake, 0, 0, 1) === 0) Atomics.notify(wake, 0);
   const active = performance.eventLoopUtilization().active;
   const current = meter[0];
   if (current) meter[1 + current] += active - meter[1];

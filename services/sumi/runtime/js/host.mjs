@@ -66,9 +66,11 @@ class Cell {
     this.idleTimer = null;
     this.meterBuffer = new SharedArrayBuffer(8 * (2 + CELL_PLACEMENTS));
     this.meter = new Float64Array(this.meterBuffer);
+    this.wake = new Int32Array(new SharedArrayBuffer(4)); // 0: the budget checks sleep, told of the next entry
+    this.waking = false;
     this.worker = new Worker(CELL_URL, {
       // ArrayBuffer memory counts against the same limit as the heap (sandbox.js).
-      workerData: { meter: this.meterBuffer, bufferBytes: limits.heapMb * 1024 * 1024 },
+      workerData: { meter: this.meterBuffer, wake: this.wake.buffer, bufferBytes: limits.heapMb * 1024 * 1024 },
       resourceLimits: { maxOldGenerationSizeMb: limits.heapMb },
       stdout: true, stderr: true, // worker code cannot reach process.stdout, but keep our frame channel safe regardless
     });
@@ -92,10 +94,24 @@ class Cell {
     ctx.slot = ++this.placed;
     this.contexts.set(ctx.id, ctx);
     this.worker.postMessage({ type: 'open', ctx: ctx.id, slot: ctx.slot, modules, mainModule });
+    checkSoon();
   }
 
   post(msg) {
-    if (!this.ended) this.worker.postMessage(msg);
+    if (this.ended) return;
+    this.worker.postMessage(msg);
+    checkSoon();
+  }
+
+  // While the checks sleep, the thread's next entry into a context's code (a timer of its own,
+  // say) wakes them at once: cell.mjs flips `wake` and notifies.
+  armWake() {
+    if (this.waking || this.ended) return;
+    Atomics.store(this.wake, 0, 0);
+    const r = Atomics.waitAsync(this.wake, 0, 0);
+    if (!r.async) return checkSoon();
+    this.waking = true;
+    r.value.then(() => { this.waking = false; checkSoon(); });
   }
 
   active() {
@@ -352,12 +368,20 @@ function stoppedResult(reason, error) {
 }
 
 // The budgets are looked at every 10 ms while a cell's thread works, every 100 ms while none
-// did since the last look (code that starts then is caught at most 100 ms late on a budget of
-// seconds): an idle runtime wakes 10 times a second instead of 100 (issue 40).
+// did since the last look, and once a second after QUIET_AFTER such looks (issue 40: an idle
+// runtime woke 10 times a second for nothing). Quiet does not mean late: work handed to a cell
+// (a frame posted to it) and a thread's own entry into context code (a timer of a context's,
+// told through `wake`) bring the 10 ms looks back at once; the 1 s look stays as the backstop
+// for what starts otherwise (a promise settled from Node's thread pool).
 const BUSY_CHECK_MS = 10;
 const IDLE_CHECK_MS = 100;
+const QUIET_CHECK_MS = 1000;
+const QUIET_AFTER = 10;
 const BUSY_ACTIVE_MS = 1; // an idle thread's active time still jitters by microseconds
 const lastActive = new WeakMap(); // cell -> its thread's active time at the last look
+let quietLooks = 0;
+let checkTimer = null;
+let checkDelay = 0;
 function checkBudgets() {
   for (const c of contexts.values()) c.checkBudget();
   let busy = false;
@@ -366,7 +390,17 @@ function checkBudgets() {
     if (Math.abs(active - (lastActive.get(cell) ?? -Infinity)) > BUSY_ACTIVE_MS) busy = true;
     lastActive.set(cell, active);
   }
-  setTimeout(checkBudgets, busy ? BUSY_CHECK_MS : IDLE_CHECK_MS).unref();
+  quietLooks = busy ? 0 : quietLooks + 1;
+  checkDelay = busy ? BUSY_CHECK_MS : quietLooks < QUIET_AFTER ? IDLE_CHECK_MS : QUIET_CHECK_MS;
+  if (checkDelay === QUIET_CHECK_MS) for (const cell of cells) cell.armWake();
+  checkTimer = setTimeout(checkBudgets, checkDelay).unref();
+}
+function checkSoon() {
+  quietLooks = 0;
+  if (checkDelay <= BUSY_CHECK_MS) return;
+  clearTimeout(checkTimer);
+  checkDelay = BUSY_CHECK_MS;
+  checkTimer = setTimeout(checkBudgets, BUSY_CHECK_MS).unref();
 }
 checkBudgets();
 
