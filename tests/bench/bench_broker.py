@@ -42,6 +42,11 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "c2 parallel": (*HEAP, "-XX:+UseParallelGC"),
     "c2 g1": (*HEAP, "-XX:+UseG1GC"),
     "c1 serial 128m": ("-Xms128m", "-Xmx768m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"),
+    "c1 serial 8+3 threads": BROKER_JVM,
+}
+# Broker settings beside the JVM's, by variant (the rest run with sumi's own, BROKER_THREADS).
+PROPERTIES: dict[str, dict[str, str]] = {
+    "c1 serial 8+3 threads": {"num.io.threads": "8", "num.network.threads": "3"},
 }
 WARMUP = float(os.environ.get("BENCH_BROKER_WARMUP", "30"))
 MEASURE = float(os.environ.get("BENCH_BROKER_SECONDS", "20"))
@@ -93,7 +98,7 @@ async def _transactions(bootstrap: str, pid: int, seconds: float, keep_times: bo
 
 
 async def _variant(name: str, jvm: tuple[str, ...]) -> dict[str, Any]:
-    broker = KafkaBroker(jvm=jvm)
+    broker = KafkaBroker(jvm=jvm, properties=PROPERTIES.get(name))
     t0 = time.perf_counter()
     broker.launch()
     try:

@@ -78,3 +78,15 @@ def test_the_brokers_jvm_is_the_laptop_default_unless_set(monkeypatch: pytest.Mo
     for broker in cluster.brokers:
         java = broker.java(libs)
         assert java[1:3] == ["-Xmx4g", "-XX:+UseG1GC"] and "-XX:TieredStopAtLevel=1" not in java
+
+
+def test_a_broker_setting_given_wins_and_leaves_the_durability_settings_alone(tmp_path: Path) -> None:
+    # QC-43: the embedded broker runs two request handlers and one network thread (its idle
+    # cost, issue 40); a setting given replaces only what it names, never an ACK's durability.
+    default = properties(KafkaBroker(tmp_path / "a"))
+    assert (default["num.io.threads"], default["num.network.threads"]) == ("2", "1")
+    given = properties(KafkaBroker(tmp_path / "b", properties={"num.io.threads": "8"}))
+    assert (given["num.io.threads"], given["num.network.threads"]) == ("8", "1")
+    assert {k: v for k, v in given.items() if "replication" in k or "isr" in k} == {
+        k: v for k, v in default.items() if "replication" in k or "isr" in k
+    }
