@@ -25,6 +25,9 @@ log = logging.getLogger("sumi.metrics")
 # Well inside the gateway's STALE_S (30 s), and rare enough that an idle Host's snapshots are
 # not a steady load on the broker (at 2 s they kept every service and the broker awake, issue 40).
 EVERY_S = 10.0
+# A registry that has not changed is sent again only this long after the last send: an idle
+# service's figures stand still, and the gateway needs to hear from it only within STALE_S.
+UNCHANGED_EVERY_S = 20.0
 
 
 def instance_name() -> str:
@@ -39,13 +42,17 @@ async def export(
     key = f"{service}/{instance_name()}"
     try:
         await producer.start()
+        sent, sent_at = "", 0.0
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 if refresh is not None:
                     await refresh()
                 text = generate_latest(registry).decode()
-                snapshot = MetricsSnapshot(service, instance_name(), text, now_ms())
-                await kafka.send(producer, settings.topic("metrics"), key, snapshot, settings.partitions)
+                if text != sent or loop.time() - sent_at >= UNCHANGED_EVERY_S:
+                    snapshot = MetricsSnapshot(service, instance_name(), text, now_ms())
+                    await kafka.send(producer, settings.topic("metrics"), key, snapshot, settings.partitions)
+                    sent, sent_at = text, loop.time()
             except Exception as exc:  # metrics are never a reason to stop the work
                 log.warning("metrics snapshot not sent: %r", exc)
             await asyncio.sleep(EVERY_S)

@@ -29,7 +29,7 @@ from aiokafka.client import ConnectionGroup
 from aiokafka.conn import CloseReason
 
 SHORT_WAIT_MS = 500
-IDLE_WAIT_MS = 5000
+IDLE_WAIT_MS = 15000  # at 5 s, idle consumers still asked 0.2 times a second each (issue 40)
 IDLE_AFTER = 3.0  # seconds with nothing fetched
 BACKSTOP_MIN_MS = 1000
 
