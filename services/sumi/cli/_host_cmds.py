@@ -66,7 +66,7 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
         raise CliError(f"no service {service!r} (one of {', '.join(SERVICE_ENTRIES)})", USAGE)
     import importlib
 
-    from sumi.core.allocator import cap_arenas
+    from sumi.core.allocator import cap_arenas, settle_collector
     from sumi.host.signals import exit_quietly_on_stop, run_until_stopped
     from sumi.infra.lifeline import ENV as LIFELINE_ENV
     from sumi.infra.lifeline import hold_if_asked
@@ -77,13 +77,15 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
     cap_arenas()
     if service in BACKGROUND and config.background_nice > 0:
         os.nice(config.background_nice)  # its runtime processes inherit it
+    entry = importlib.import_module(SERVICE_ENTRIES[service])
+    settle_collector()  # after the imports: they are most of what the collector would walk
     if service == "gateway":
         # While it serves, uvicorn stops gracefully on SIGINT and SIGTERM, then raises the signal again
         # with the handler it found: exit_quietly_on_stop's, so a stop exits 0 (before it serves, at
         # once). A closed terminal (SIGHUP) means the same as SIGTERM.
         exit_quietly_on_stop()
         signal.signal(signal.SIGHUP, lambda s, f: signal.raise_signal(signal.SIGTERM))
-        asyncio.run(importlib.import_module(SERVICE_ENTRIES[service]).serve(config))
+        asyncio.run(entry.serve(config))
         return 0
     from sumi.host.bootstrap import prepare
     from sumi.host.replica import Clash, named
@@ -94,7 +96,7 @@ def serve(service: Annotated[str, typer.Argument(help="the service to run")]) ->
     async def run() -> None:
         async with named(config, service):  # before anything else: a refused copy touches nothing
             await prepare(config)
-            await importlib.import_module(SERVICE_ENTRIES[service]).serve(config)
+            await entry.serve(config)
 
     try:
         asyncio.run(run_until_stopped(run()))
