@@ -156,3 +156,19 @@ async def test_a_thread_outlives_its_last_context_for_the_next_one(rt: JsRuntime
         assert host.calls == [("batch.retryAll", {"batchId": "batch-1", "delaySeconds": 1})]  # WF-32
         await ctx.stop()
         assert await threads(rt, key) == 1
+
+
+async def test_a_cell_that_ends_while_the_checks_are_quiet_leaves_no_wait_behind(rt: JsRuntime) -> None:  # QC-32
+    # The quiet budget checks await each cell's next entry; a cell that ends meanwhile settles
+    # that wait (a pending one would hold the ended cell for the runtime's life).
+    ctx = await rt.start_context(js(js_queue("")), "worker.js", SMALL)  # a cell of its own
+    assert (await ctx.invoke_queue(batch(), ENV, Host())).ok
+    deadline = time.monotonic() + 10
+    while int(await rt.debug_eval("return sumiWaits();")) < 1:  # quiet after a second of idle looks
+        assert time.monotonic() < deadline, "the checks never went quiet"
+        await asyncio.sleep(0.2)
+    await ctx.stop()  # its cell ends with it
+    await asyncio.sleep(0.2)
+    # At most one wait per live cell (other tests' cells live on in this runtime).
+    waits, cells = await rt.debug_eval("return [sumiWaits(), sumiCells().length];")
+    assert waits <= cells, (waits, cells)

@@ -111,7 +111,15 @@ class Cell {
     const r = Atomics.waitAsync(this.wake, 0, 0);
     if (!r.async) return checkSoon();
     this.waking = true;
-    r.value.then(() => { this.waking = false; checkSoon(); });
+    waits += 1;
+    r.value.then(() => { this.waking = false; waits -= 1; checkSoon(); });
+  }
+
+  // An ended cell's wait is settled, not left pending: a pending one would keep the cell.
+  unwait() {
+    if (!this.waking) return;
+    Atomics.store(this.wake, 0, 1);
+    Atomics.notify(this.wake, 0);
   }
 
   active() {
@@ -149,6 +157,7 @@ class Cell {
     this.ended = true;
     cells.delete(this);
     clearTimeout(this.idleTimer);
+    this.unwait();
     const alone = this.contexts.size === 1;
     for (const ctx of this.contexts.values()) {
       ctx.decided(ctx === culprit || alone ? reason : 'evicted', error);
@@ -160,6 +169,7 @@ class Cell {
     this.ended = true;
     cells.delete(this);
     clearTimeout(this.idleTimer);
+    this.unwait();
     for (const ctx of [...this.contexts.values()]) ctx.gone(); // 'stopped', unless a reason was decided
   }
 
@@ -380,6 +390,7 @@ const QUIET_AFTER = 10;
 const BUSY_ACTIVE_MS = 1; // an idle thread's active time still jitters by microseconds
 const lastActive = new WeakMap(); // cell -> its thread's active time at the last look
 let quietLooks = 0;
+let waits = 0; // cells whose wake is awaited
 let checkTimer = null;
 let checkDelay = 0;
 function checkBudgets() {
@@ -451,6 +462,7 @@ if (process.env.SUMI_JS_TEST_HOOKS === '1') {
   const AsyncFunction = (async () => {}).constructor;
   ops.debug_eval = async (f) => ({ op: 'debug_eval_result', value: await new AsyncFunction('send', f.code)(send) ?? null });
   globalThis.sumiCells = () => [...cells].map((c) => ({ key: c.key, contexts: c.contexts.size }));
+  globalThis.sumiWaits = () => waits;
 }
 
 function getContext(id) {
