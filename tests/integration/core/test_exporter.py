@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from sumi.core.config import Settings
 from sumi.engines import exporter
+from sumi.wire import kafka
 
 pytestmark = pytest.mark.integration
 
@@ -23,18 +24,14 @@ pytestmark = pytest.mark.integration
 async def sent_by_service(bootstrap: str, topic: str) -> Tally[str]:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
+    keys: Tally[str] = Tally()
     try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        keys: Tally[str] = Tally()
-        while await consumer.position(tp) < end:
-            for records in (await consumer.getmany(tp, timeout_ms=1000)).values():
-                keys.update(r.key.decode().split("/", 1)[0] for r in records if r.key)
-        return keys
+        await kafka.read_to_end(
+            consumer, [TopicPartition(topic, 0)], lambda m, _: keys.update([m.key.decode().split("/", 1)[0]])
+        )
     finally:
         await consumer.stop()
+    return keys
 
 
 async def test_an_unchanged_registry_is_sent_rarely_and_a_changed_one_every_round(
