@@ -75,20 +75,75 @@ def _logged(log: Path) -> dict[str, Any]:
     return {"stderr": log.open("wb")}
 
 
-@pytest.mark.parametrize("service", ["workflow", "queue", "projections", "verifier"])
+SERVICES = ("workflow", "queue", "projections", "verifier")
+
+
 async def test_a_second_replica_under_a_live_replicas_name_is_refused_and_the_live_one_decides(
-    own_host: Host, service: str, tmp_path: Path
+    own_host: Host, tmp_path: Path
 ) -> None:
     # WF-46, QC-43: two static members under one name would fence each other every heartbeat and
-    # neither decide; the copy is refused, the Host's own replica goes on deciding.
+    # neither decide; the copy of each service is refused, the Host's own replicas go on deciding.
+    # The four copies start together: each is refused on its own name lock, whatever the others do.
     name = own_host.supervisor.env["SUMI_REPLICA"]
-    copy = serve_replica(own_host, service, name, **_logged(tmp_path / "copy.log"))
+    copies = {s: serve_replica(own_host, s, name, **_logged(tmp_path / f"{s}.log")) for s in SERVICES}
     try:
-        await _decides(own_host)  # while the copy waits for the name
-        await _refused(copy, tmp_path / "copy.log", name, service)
+        await _decides(own_host)  # while the copies wait for the name
+        await asyncio.gather(*(_refused(p, tmp_path / f"{s}.log", name, s) for s, p in copies.items()))
         await _decides(own_host)
     finally:
-        _stop(copy)
+        for copy in copies.values():
+            _stop(copy)
+
+
+# service -> (its engine's group, the topic that group reads)
+ENGINE_GROUPS = {"workflow": ("workflow-engine", "workflow.commands"), "queue": ("queue-engine", "queue")}
+FENCED_WITHIN_S = 90.0
+
+
+async def test_a_replica_fenced_in_kafka_at_run_time_stops_and_the_host_decides(own_host: Host, tmp_path: Path) -> None:
+    # WF-46, QC-43: a member that never asked Postgres for the name (an older version, another
+    # database) joins under a running replica's static member ID: the replica stops with exit 2
+    # and the line, never loops fencing it back, and the Host's own replica goes on deciding.
+    # Both engines at once: their groups are independent.
+    await asyncio.gather(*(_fenced(own_host, service, tmp_path) for service in sorted(ENGINE_GROUPS)))
+    await _decides(own_host)
+
+
+async def _fenced(own_host: Host, service: str, tmp_path: Path) -> None:
+    settings = own_host.settings
+    name = f"fenced-{service}"
+    group, topic = ENGINE_GROUPS[service]
+    log = tmp_path / f"{service}.log"
+    # Only the Host's own member first: a member an earlier test killed is still in the group until
+    # its session ends, and a static member replaced while that rebalance runs is refused UnknownError.
+    await stable_members(settings.kafka_bootstrap, [f"{settings.topic_prefix}-{group}"], 1)
+    replica = serve_replica(own_host, service, name, **_logged(log))
+    intruder: AIOKafkaConsumer | None = None
+    try:
+        await stable_members(settings.kafka_bootstrap, [f"{settings.topic_prefix}-{group}"], 2)
+        intruder = AIOKafkaConsumer(
+            settings.topic(topic),
+            bootstrap_servers=settings.kafka_bootstrap,
+            group_id=f"{settings.topic_prefix}-{group}",
+            group_instance_id=f"{group}-{name}",
+            session_timeout_ms=10_000,
+            heartbeat_interval_ms=2_000,
+            enable_auto_commit=False,
+        )
+        await intruder.start()
+        fenced_at = time.monotonic()
+        polling = asyncio.create_task(_poll(intruder))
+        try:
+            await _refused(replica, log, name, service, fenced=True, timeout=FENCED_WITHIN_S)
+        finally:
+            polling.cancel()
+            await asyncio.gather(polling, return_exceptions=True)
+        print(f"\n{service}: the fenced replica stopped {time.monotonic() - fenced_at:.1f} s after the intruder joined")
+    finally:
+        if intruder is not None:
+            await intruder.stop()  # a static member does not leave: its session expires
+        _stop(replica)
+    await stable_members(settings.kafka_bootstrap, [f"{settings.topic_prefix}-{group}"], 1)
 
 
 async def test_a_replica_killed_and_started_again_under_its_name_starts(own_host: Host, tmp_path: Path) -> None:
@@ -112,51 +167,6 @@ async def test_a_replica_killed_and_started_again_under_its_name_starts(own_host
         _stop(first)
         if again is not None:
             _stop(again)
-
-
-# service -> (its engine's group, the topic that group reads)
-ENGINE_GROUPS = {"workflow": ("workflow-engine", "workflow.commands"), "queue": ("queue-engine", "queue")}
-FENCED_WITHIN_S = 90.0
-
-
-@pytest.mark.parametrize("service", sorted(ENGINE_GROUPS))
-async def test_a_replica_fenced_in_kafka_at_run_time_stops_and_the_host_decides(
-    own_host: Host, service: str, tmp_path: Path
-) -> None:
-    # WF-46, QC-43: a member that never asked Postgres for the name (an older version, another
-    # database) joins under a running replica's static member ID: the replica stops with exit 2
-    # and the line, never loops fencing it back, and the Host's own replica goes on deciding.
-    settings = own_host.settings
-    name = f"fenced-{service}"
-    group, topic = ENGINE_GROUPS[service]
-    replica = serve_replica(own_host, service, name, **_logged(tmp_path / "replica.log"))
-    intruder: AIOKafkaConsumer | None = None
-    try:
-        await stable_members(settings.kafka_bootstrap, [f"{settings.topic_prefix}-{group}"], 2)
-        intruder = AIOKafkaConsumer(
-            settings.topic(topic),
-            bootstrap_servers=settings.kafka_bootstrap,
-            group_id=f"{settings.topic_prefix}-{group}",
-            group_instance_id=f"{group}-{name}",
-            session_timeout_ms=10_000,
-            heartbeat_interval_ms=2_000,
-            enable_auto_commit=False,
-        )
-        await intruder.start()
-        fenced_at = time.monotonic()
-        polling = asyncio.create_task(_poll(intruder))
-        try:
-            await _refused(replica, tmp_path / "replica.log", name, service, fenced=True, timeout=FENCED_WITHIN_S)
-        finally:
-            polling.cancel()
-            await asyncio.gather(polling, return_exceptions=True)
-        print(f"\n{service}: the fenced replica stopped {time.monotonic() - fenced_at:.1f} s after the intruder joined")
-    finally:
-        if intruder is not None:
-            await intruder.stop()  # a static member does not leave: its session expires
-        _stop(replica)
-    await stable_members(settings.kafka_bootstrap, [f"{settings.topic_prefix}-{group}"], 1)
-    await _decides(own_host)
 
 
 class _StuckOwner:
