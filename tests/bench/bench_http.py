@@ -19,8 +19,7 @@ so every figure includes the gateway, the decision's way back and the read model
   the time from that commit until a read_committed reader has the record, an acks=all
   produce, a PostgreSQL commit, and a transaction as an engine commits one (1 and 100
   records with the consumer offsets) with the broker's CPU per transaction.
-BENCH_TRANSACTIONS=partition,replica runs the Host once per way of committing (the DBOS
-figures with the last); BENCH_SETTINGS (JSON) sets any other of the Host's settings.
+BENCH_SETTINGS (JSON) sets any of the Host's settings.
 Ends with a table to paste. Uses SUMI_KAFKA_BOOTSTRAP / SUMI_DATABASE_URL when set, else starts its own.
 """
 
@@ -57,11 +56,8 @@ MODE = os.environ.get("BENCH_MODE", "all")  # open | closed | all
 RATES = [float(x) for x in os.environ.get("BENCH_RATES", "10,25,50").split(",")]
 OPEN_S = float(os.environ.get("BENCH_OPEN_S", "20"))
 IDLE_S = float(os.environ.get("BENCH_IDLE_S", "5"))
-# How the engines commit (Settings.transactions), one Host after the other in the same run:
-# "partition,replica" compares a transaction per partition with one per replica.
-TRANSACTIONS = os.environ.get("BENCH_TRANSACTIONS", "partition").split(",")
 SETTINGS = json.loads(os.environ.get("BENCH_SETTINGS", "{}"))  # any other Settings field
-SUMI = "sumi/http"  # the Host's name in the figures (with its transactions when several are compared)
+SUMI = "sumi/http"  # the Host's name in the figures
 _STATUS_FP = codec.encode(r.InstanceStatusChanged("w", "i", "queued", 0))[2:10]
 _DECIDED_FP = codec.encode(r.CommandDecided("c", "s", "p", "k", True, 201, 0))[2:10]
 _SUBMITTED_FP = codec.encode(r.CommandSubmitted("c", "k", "s", "p", False, "{}", 0))[2:10]
@@ -494,12 +490,8 @@ async def bench(host: Host, dbos: bool = True) -> None:
 
 
 def main() -> None:
-    global SUMI
-    with parts() as (kafka, db):
-        for n, mode in enumerate(TRANSACTIONS):
-            SUMI = f"sumi/http {mode}" if len(TRANSACTIONS) > 1 else "sumi/http"
-            with running_host(new_settings(kafka, db, **{"transactions": mode, **SETTINGS})) as host:
-                asyncio.run(bench(host, dbos=n == len(TRANSACTIONS) - 1))
+    with parts() as (kafka, db), running_host(new_settings(kafka, db, **SETTINGS)) as host:
+        asyncio.run(bench(host, dbos=True))
 
 
 if __name__ == "__main__":

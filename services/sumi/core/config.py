@@ -30,10 +30,6 @@ class Settings:
     # The JVM options of the broker `sumi up` starts, space-separated; "" = the laptop default
     # (sumi.infra.BROKER_JVM; docs/decisions.md "The embedded broker's JVM" for larger machines).
     kafka_jvm: str = ""
-    # How an engine replica commits (docs/decisions.md, "One transaction per replica"):
-    # "partition", a Kafka transaction per partition it holds (aiokafka); "replica", one for
-    # everything ready across them (librdkafka, fenced by the group's generation).
-    transactions: str = "partition"
     # How much lower the CPU priority of the services that work through a backlog is (the
     # engines, their runtimes, the projections, the verifier) than the gateway's and control's:
     # past capacity the front door still gets a core to refuse at once (issue 41). 0: the same.
@@ -139,6 +135,9 @@ class Settings:
     def from_env(cls, **overrides: object) -> "Settings":
         env = os.environ
         brokers = _int(env, "SUMI_KAFKA_BROKERS", 1)
+        # "replica" (one transaction per replica, on librdkafka) was measured and removed
+        # (docs/decisions.md); a setting left from it is refused by name, never ignored.
+        _choice(env, "SUMI_TRANSACTIONS", ("partition",))
         values: dict[str, object] = {
             "kafka_bootstrap": env.get("SUMI_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
             "database_url": env.get("SUMI_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
@@ -152,7 +151,6 @@ class Settings:
             "kafka_port": _port(env, "SUMI_KAFKA_PORT", 9092),
             "pg_port": _port(env, "SUMI_PG_PORT", 5432),
             "kafka_jvm": env.get("SUMI_KAFKA_JVM", ""),
-            "transactions": _choice(env, "SUMI_TRANSACTIONS", ("partition", "replica")),
             "background_nice": _int(env, "SUMI_BACKGROUND_NICE", 5),
             "launch_kafka": "SUMI_KAFKA_BOOTSTRAP" not in env,
             "launch_postgres": "SUMI_DATABASE_URL" not in env,
@@ -214,7 +212,6 @@ class Settings:
             "SUMI_KAFKA_PORT": str(self.kafka_port),
             "SUMI_PG_PORT": str(self.pg_port),
             "SUMI_KAFKA_JVM": self.kafka_jvm,
-            "SUMI_TRANSACTIONS": self.transactions,
             "SUMI_BACKGROUND_NICE": str(self.background_nice),
             "SUMI_DECISION_TIMEOUT": str(self.decision_timeout),
             "SUMI_WRITE_LATENCY_TARGET": str(self.write_latency_target),

@@ -31,12 +31,6 @@ engine's log), is handed the fold's records by `take` as well, before `serve`, a
 later record once, from the fold's end on (its group offsets mean nothing); its snapshots cover
 only what it has read (`sumi.engines.checkpoints`).
 
-With `SUMI_TRANSACTIONS=replica` a Serving processor whose input is not its changelog (the
-workflow engine) runs on librdkafka instead (`sumi.engines.rdkafka`): one group member, and one
-transaction per replica for everything ready across its partitions, each carrying the held
-partitions' offsets so the group's generation fences a replica it went on without (KIP-447).
-Measured slower on this project's machines, so not the default (docs/decisions.md).
-
 An input record that does not decode, or whose handling raises, is quarantined in that same
 transaction and the processor goes on with the next one. A bad record in the changelog is
 skipped by the fold (the projection of that topic quarantined it when it met it). Any other
@@ -54,17 +48,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from sumi.core import allocator, ids
+from sumi.core import allocator
 from sumi.core.config import Settings
-from sumi.engines import rdkafka
 from sumi.engines.checkpoints import Checkpoints, Snapshotted
-from sumi.engines.replica_outbox import ReplicaOutbox
 from sumi.wire import assignors, kafka
 from sumi.wire.fencing import Folds, PartitionProducers
 from sumi.wire.kafka import Out
 from sumi.wire.membership import Membership
 from sumi.wire.outbox import Box, Outbox
-from sumi.wire.topics import QUARANTINE_RECORD_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -164,15 +155,8 @@ class Shell:
         self.start: dict[TopicPartition, int] = {}
         self.pending: list[TopicPartition] | None = None  # assigned, fenced, not folded yet
         self.consumer: AIOKafkaConsumer | None = None
-        self.member: rdkafka.Member | None = None  # with one transaction per replica
-        self.transactions: rdkafka.Transactions | None = None
-        self.tasks: asyncio.TaskGroup | None = None
 
     async def run(self) -> None:
-        # Its own log is read on from the fold's end, which only a transaction per partition does.
-        if self.serves is not None and self.settings.transactions == "replica" and not self.own_log:
-            await self._run_replica(self.serves)
-            return
         kafka.shorten_txn_retry()  # a command's decision waits on this processor's commit
         consumer = kafka.group_member(self.settings, self.name, **self._assignor(), **self.options)
         try:  # started inside: a stop signal while they start still stops them (unstopped clients log errors)
@@ -412,122 +396,3 @@ class Shell:
         allocator.give_back()  # the fold's garbage, not the state it left
         if self.checkpoints is not None:
             self.checkpoints.rebuilt(ends)
-
-    # ---- one transaction per replica (librdkafka) ----------------------------------------------
-
-    async def _run_replica(self, processor: Serving) -> None:
-        """A Serving processor on `sumi.engines.rdkafka`: one group member, and one transaction
-        for everything ready across the partitions this replica serves, its input's offsets in
-        it. A replica the group went on without is fenced by its generation (KIP-447), not by a
-        transactional ID per partition."""
-        s, loop = self.settings, asyncio.get_running_loop()
-        instance = kafka.static_member(s, self.name)
-        options = {name.replace("_", "."): value for name, value in self.options.items()}  # Kafka's own names
-        conf = rdkafka.consumer_conf(s.kafka_bootstrap, self.group, instance, **options)
-        member = rdkafka.Member(conf, [self.input_topic], self._assigned_replica, self._revoked_replica, loop)
-        self.member = member
-        # A named replica's restart aborts what its predecessor left open; an unnamed one's is
-        # aborted by its timeout (`rdkafka.producer_conf`), as the group's session ends.
-        txn_id = f"{self.group}-{instance or ids.new_ulid()}"
-        self.transactions = txns = rdkafka.Transactions(
-            rdkafka.producer_conf(s.kafka_bootstrap, txn_id, QUARANTINE_RECORD_BYTES), member, offsets=self._positions
-        )
-        try:
-            await txns.start()
-            if self.checkpoints is not None:
-                await self.checkpoints.start()
-            async with asyncio.TaskGroup() as tasks:
-                self.tasks = tasks
-                member.start()
-                tasks.create_task(self._until_failed(member))
-                while True:
-                    for message in await member.messages.get():
-                        if message.partition() in self.serving:
-                            processor.take(Polled.of(message))
-        finally:
-            self.tasks = None
-            await member.stop()
-            await txns.stop()
-            if self.checkpoints is not None:
-                await self.checkpoints.stop()
-
-    async def _until_failed(self, member: rdkafka.Member) -> None:
-        """Raises once a generation has failed, or the group member has ended."""
-        failing = asyncio.ensure_future(self.failing.wait())
-        either: list[asyncio.Future[Any]] = [failing, member.failed]
-        try:
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            failing.cancel()
-        if member.failed.done():
-            raise RuntimeError(f"{self.name}: the group member ended") from member.failed.exception()
-        raise RuntimeError(f"{self.name}: serving failed") from self.failed
-
-    def committed_offsets(self) -> dict[tuple[str, int], int]:
-        """The input offsets this replica's transactions have committed (one per replica)."""
-        return dict(self.transactions.sent) if self.transactions is not None else {}
-
-    def _positions(self) -> dict[tuple[str, int], int]:
-        """The offsets every transaction commits: at least each held partition's, so each one
-        is checked against the generation, and the processor's progress past them."""
-        assert self.member is not None and self.serves is not None
-        held = self.member.positions
-        moved = {tp: o for tp, o in self.serves.positions().items() if tp in held}
-        return {**held, **moved}
-
-    async def _assigned_replica(self, parts: list[rdkafka.Partition]) -> None:
-        assert self.serves is not None
-        async with self.folds.refold(self.producers):  # no producer here: marks the new fold
-            self.processor.reset()
-        if parts and self.tasks is not None:
-            self.generation = self.tasks.create_task(self._generation_replica(self.serves, parts))
-            self.generation.add_done_callback(self._ended)
-
-    async def _revoked_replica(self, parts: list[rdkafka.Partition]) -> None:
-        await self.revoked([])
-        if self.member is not None:  # polled before the revocation: the next owner reads them
-            while not self.member.messages.empty():
-                self.member.messages.get_nowait()
-
-    async def _generation_replica(self, processor: Serving, parts: list[rdkafka.Partition]) -> None:
-        assert self.member is not None
-        partitions = frozenset(p for _, p in parts)
-        assert self.transactions is not None
-        box = ReplicaOutbox(self.transactions, self.settings.partitions)
-        box.on_idle = self.checkpoints.idle if self.checkpoints is not None else None
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                await processor.prepare(partitions, stack)
-                await self.rebuild(partitions)
-                serving = processor.serve(dict.fromkeys(sorted(partitions), box))
-                self.serving = partitions
-                self.member.resume(parts)
-                self.ready.set()
-                log.info("%s serves partitions %s", self.name, sorted(partitions))
-                async with asyncio.TaskGroup() as tasks:
-                    tasks.create_task(box.run())
-                    tasks.create_task(_awaited(serving))
-        finally:
-            # What the generation decided while it stopped commits before the partitions go;
-            # nothing after (a put now fails).
-            await box.idle()
-            box.close()
-
-
-@dataclass(frozen=True)
-class Polled:
-    """A librdkafka message as the processors read aiokafka's: attributes, not calls."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-    @classmethod
-    def of(cls, m: Any) -> "Polled":
-        return cls(m.topic(), m.partition(), m.offset(), m.key(), m.value())
-
-
-async def _awaited(work: Awaitable[None]) -> None:
-    await work

@@ -54,7 +54,6 @@ CHECK_S = 5.0  # how often the held session is proved alive
 # another member under our instance ID gives it again a heartbeat later, and soon no more: the
 # group can then hang in its rebalance for minutes, which is why the second time is enough.
 NOT_RECOGNIZED = "local member_id was not recognized"
-RD_FENCED = "FENCED_INSTANCE_ID"
 FENCED_AFTER = 2  # times, at least FENCED_SPAN_S apart within FENCED_WINDOW_S
 FENCED_SPAN_S = 1.0
 FENCED_WINDOW_S = 60.0
@@ -118,9 +117,6 @@ async def named(settings: Settings, service: str) -> AsyncIterator[None]:
 
     watch = _FencedWatch(lambda: fenced("the group coordinator no longer knows this member, again"))
     logging.getLogger("aiokafka.consumer.group_coordinator").addHandler(watch)
-    # librdkafka (one transaction per replica) says it once, as a fatal error of the consumer.
-    rd_watch = _FencedWatch(lambda: fenced("the group coordinator fenced this static member"), RD_FENCED, once=True)
-    logging.getLogger("sumi.engines.rdkafka").addHandler(rd_watch)
     stalls = _Stalls(lambda: fenced(f"out of its group for {STALLED_S:.0f} s while the coordinator answers"))
     keeper = asyncio.create_task(_keep(settings, service, key, conn, stop, stalls.check))
     try:
@@ -131,7 +127,6 @@ async def named(settings: Settings, service: str) -> AsyncIterator[None]:
         raise
     finally:
         logging.getLogger("aiokafka.consumer.group_coordinator").removeHandler(watch)
-        logging.getLogger("sumi.engines.rdkafka").removeHandler(rd_watch)
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await keeper
@@ -204,16 +199,13 @@ async def _keep(
 class _FencedWatch(logging.Handler):
     """Calls `fenced` when aiokafka keeps finding this process's static member unknown."""
 
-    def __init__(self, fenced: Callable[[], None], marker: str = NOT_RECOGNIZED, once: bool = False) -> None:
+    def __init__(self, fenced: Callable[[], None]) -> None:
         super().__init__(logging.WARNING)
-        self.fenced, self.marker, self.once = fenced, marker, once
+        self.fenced = fenced
         self.seen: list[float] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.marker not in record.getMessage():
-            return
-        if self.once:
-            self.fenced()
+        if NOT_RECOGNIZED not in record.getMessage():
             return
         now = time.monotonic()
         self.seen = [t for t in self.seen if now - t < FENCED_WINDOW_S] + [now]

@@ -69,8 +69,7 @@ def _exit() -> None:
 
 
 class Box(Protocol):
-    """What a processor decides on: `Outbox`, or one replica's shared transaction
-    (`sumi.engines.replica_outbox`)."""
+    """What a processor decides on: an `Outbox` (a test's stand-in may be another)."""
 
     failed: BaseException | None
     on_idle: Callable[[dict[tuple[str, int], int]], None] | None

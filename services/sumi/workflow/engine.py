@@ -430,21 +430,18 @@ class Engine:
 
     async def _serve(self) -> None:
         """Decide on the owned partitions until cancelled; then stop their contexts, proven."""
-        assert self.admin is not None and self.control_reader is not None
+        assert self.admin is not None and self.control_reader is not None and self.commands is not None
         commands, admin, control_reader = self.commands, self.admin, self.control_reader
         try:
             # A TaskGroup: one failure (a fenced producer above all) cancels every other loop at once.
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.replies.run())
                 tasks.create_task(self.schedule())
-                if commands is not None:
-                    tasks.create_task(self.intake.commit_offsets(commands))
-                    tasks.create_task(self.intake.delete_decided(admin, lambda: self.intake.committed))
-                else:  # one transaction per replica: the offsets commit with the decisions
-                    tasks.create_task(self.intake.delete_decided(admin, self.shell.committed_offsets))
+                tasks.create_task(self.intake.commit_offsets(commands))
+                tasks.create_task(self.intake.delete_decided(admin))
                 tasks.create_task(kafka.follow(control_reader, self._fold_control, self.scheduler.unblock))
                 tasks.create_task(self.intake.recheck(control_reader, self.control_tps))
-                readers = [control_reader] if commands is None else [commands, control_reader]
+                readers = [commands, control_reader]
                 refresh = lambda: self._refresh_metrics(readers)  # noqa: E731
                 tasks.create_task(exporter.export(self.settings, "workflow", self.registry, refresh))
         finally:

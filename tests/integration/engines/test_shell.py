@@ -23,7 +23,6 @@ from sumi.control.service import ControlLogic, control_shell
 from sumi.core import records as r
 from sumi.core.commands import SpaceCreate, submitted
 from sumi.core.config import Settings
-from sumi.engines import rdkafka
 from sumi.engines.shell import Shell
 from sumi.queue.engine import Engine as QueueEngine
 from sumi.testing import new_settings
@@ -113,11 +112,6 @@ def _workflow(settings: Settings) -> tuple[Shell, Callable[[str], bool]]:
     return engine.shell, lambda name: _instance(name) in engine.instances
 
 
-def _workflow_replica(settings: Settings) -> tuple[Shell, Callable[[str], bool]]:
-    """The workflow engine committing in one transaction per replica (librdkafka)."""
-    return _workflow(replace(settings, transactions="replica"))
-
-
 def _instance(name: str) -> str:
     return instance_key(WF, f"i-{name}")
 
@@ -164,9 +158,6 @@ CASES = {
     ),
     "verifier": Case(_verifier, _worker, _version, "control", "commands", _loaded),
     "workflow": Case(_workflow, _created, _event, "workflow.commands", "workflow", _accepted, _instance),
-    "workflow/replica": Case(
-        _workflow_replica, _created, _event, "workflow.commands", "workflow", _accepted, _instance
-    ),
     "queue": Case(_queue, _accepted_message, _delivered, "queue", "queue", _abandoned, lambda name: f"q-{name}"),
 }
 
@@ -260,11 +251,7 @@ async def test_a_takeover_folds_the_log_before_deciding_and_fences_the_replica_b
             with pytest.raises(ProducerFenced):
                 await kafka.commit(producers[0], [out], settings.partitions)
             assert partition in second.producers.producers
-        if first.member is not None:  # one transaction per replica: fenced by the group's generation
-            assert not orphans and second.member is not None and second.member.positions
-            await _refused_under(settings, first.member, dict(first.member.positions))
-        else:
-            assert orphans
+        assert orphans
     finally:
         await _stop(running, second)
         for producers in orphans.values():
@@ -272,25 +259,10 @@ async def test_a_takeover_folds_the_log_before_deciding_and_fences_the_replica_b
                 await producer.stop()
 
 
-async def _refused_under(settings: Settings, member: rdkafka.Member, offsets: dict[tuple[str, int], int]) -> None:
-    """A transaction under a generation the group went on from is refused (KIP-447), whatever
-    its transactional ID, and nothing of it is read."""
-    conf = rdkafka.producer_conf(settings.kafka_bootstrap, f"{settings.topic_prefix}-stale", 1 << 20)
-    stale = rdkafka.Transactions(conf, member)
-    await stale.start()
-    try:
-        with pytest.raises(rdkafka.Fenced):
-            await stale.commit([rdkafka.Record(settings.topic("quarantine"), 0, b"k", b"late")], offsets)
-    finally:
-        await stale.stop()
-    assert not [m for m in await committed_messages(settings, "quarantine") if m.value == b"late"]
-
-
 SHARED = {
     "verifier": True,
     "control": False,
     "workflow": True,
-    "workflow/replica": True,
     "queue": True,
 }  # control: one replica holds every partition
 
@@ -375,7 +347,7 @@ async def test_a_snapshot_and_the_log_after_it_fold_to_what_the_whole_log_folds_
     assert held[0] == held[1] and held[1][1] == 16
 
 
-SERVING = ["workflow", "workflow/replica"]  # the processors that run contexts of the partitions they hold
+SERVING = ["workflow"]  # the processors that run contexts of the partitions they hold
 LONG = """
 export class Flow {
   async run(event, step) {
