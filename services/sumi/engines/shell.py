@@ -93,9 +93,6 @@ class Serving(Folding, Snapshotted, Protocol):
         """One input record of a partition being served (of its changelog's fold too, before
         `serve`, for a processor whose changelog is its input)."""
 
-    def positions(self) -> dict[tuple[str, int], int]:
-        """How far the group may commit its input: never past a record not yet decided."""
-
 
 @dataclass
 class Progress:

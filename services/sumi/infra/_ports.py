@@ -23,7 +23,7 @@ def free_port() -> int:
     may take it (seen once: a gateway that could not bind, its Up never ready)."""
     low, high = ephemeral_range()
     candidates = [p for p in range(LOWEST, 65536) if not low <= p <= high]
-    for port in random.sample(candidates, 200) if len(candidates) >= 200 else candidates:
+    for port in random.sample(candidates, min(200, len(candidates))):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))

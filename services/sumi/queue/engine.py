@@ -421,10 +421,6 @@ class Engine:
         self.wake.set()
         return self._serve()
 
-    def positions(self) -> dict[tuple[str, int], int]:
-        """None: its group commits no offsets, its log is read on from each take-over's fold."""
-        return {}
-
     async def _serve(self) -> None:
         try:
             await self.schedule()

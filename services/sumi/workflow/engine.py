@@ -393,9 +393,6 @@ class Engine:
         self.intake.take(message)
         self.scheduler.wake.set()
 
-    def positions(self) -> dict[tuple[str, int], int]:
-        return dict(self.intake.offsets())
-
     async def _reader(
         self, stack: contextlib.AsyncExitStack, topic: str
     ) -> tuple[AIOKafkaConsumer, list[TopicPartition]]:

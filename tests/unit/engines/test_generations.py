@@ -46,9 +46,6 @@ class _Serving:
     def take(self, message: Any) -> None:
         pass
 
-    def positions(self) -> dict[tuple[str, int], int]:
-        return {}
-
 
 def _shell(processor: _Serving) -> Shell:
     settings = Settings("127.0.0.1:1", "postgresql://unused", topic_prefix="t1")
